@@ -1,0 +1,1 @@
+"""Analysis layer: matching two dumps, msprobe's metrics, grading, first divergence, provenance."""

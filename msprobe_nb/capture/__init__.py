@@ -1,0 +1,1 @@
+"""Capture layer: sees torch API calls (function mode), modules (global hooks), aten ops (dispatch mode)."""

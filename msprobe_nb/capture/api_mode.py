@@ -1,0 +1,65 @@
+"""L1 capture: a torch function mode sees every torch, Tensor, functional and torch.ops call.
+
+No function object is replaced, so ``from torch import relu`` is recorded and ``F.gelu`` keeps its
+identity. Inside the handler the mode is off, which gives msprobe's "outermost API only" semantics and
+lets the statistics run on torch without recording themselves. Under ``torch.compile`` tracing the
+handler steps aside, so dynamo neither guards on the recorder nor recompiles per call.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from msprobe_nb.capture.naming import api_name
+from msprobe_nb.capture.recorder import Recorder
+
+_is_compiling = torch.compiler.is_compiling
+
+
+class ApiMode(TorchFunctionMode):
+    """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""
+
+    def __init__(self, recorder: Recorder, randomness=None):
+        super().__init__()
+        self.recorder = recorder
+        self.randomness = randomness  # msprobe_nb.capture.randomness.RandomPolicy or None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        rec = self.recorder
+        if not rec.active or _is_compiling():
+            return func(*args, **kwargs)
+        frame = sys._getframe(1)
+        try:
+            resolved = api_name(func, frame)
+        except Exception as exc:  # naming must never break the model
+            rec.note_error("naming", exc)
+            resolved = None
+        if resolved is None:
+            return func(*args, **kwargs)
+        family, op = resolved
+        policy = self.randomness
+        with rec.lock:
+            try:
+                c = rec.open_api(family, op, frame)
+                run = func
+                if policy is not None:
+                    run, args, kwargs = policy.before(c, func, args, kwargs)
+                rec.add_rows(c, "forward", "input", args)
+                if kwargs:
+                    rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
+            except Exception as exc:
+                rec.note_error(f"inputs of {family}.{op}", exc)
+                return func(*args, **kwargs)
+        out = run(*args, **kwargs)
+        with rec.lock:
+            try:
+                rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
+                             set_producer=True)
+                rec.attach_api_backward(c, out, args)
+            except Exception as exc:
+                rec.note_error(f"outputs of {family}.{op}", exc)
+        return out

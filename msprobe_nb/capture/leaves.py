@@ -1,0 +1,93 @@
+"""Walk call arguments and results of any nesting into leaves: (path, value) pairs.
+
+Paths follow msprobe's row names: ``0``, ``1.0`` (element 0 of a list in argument 1), ``weight``
+(a keyword argument, a dict key or a namedtuple field). Non-tensor leaves are described by a type name
+and a JSON text, so they can be stored in a column and compared as text.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+MAX_DEPTH = 64
+
+
+def is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def walk(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """Yield (path, leaf) for every leaf of ``value``; tensors, None and scalars are leaves."""
+    if isinstance(value, torch.Tensor) or value is None or depth >= MAX_DEPTH:
+        yield path, value
+    elif isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        if is_namedtuple(value):
+            for field in value._fields:
+                yield from walk(getattr(value, field), f"{path}.{field}" if path else field, depth + 1)
+        else:
+            for i, item in enumerate(value):
+                yield from walk(item, f"{path}.{i}" if path else str(i), depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+    else:
+        yield path, value
+
+
+def describe_value(x: Any) -> tuple[str, str]:
+    """(type name, JSON text) for a non-tensor leaf, in msprobe's vocabulary (torch.dtype, slice, ...)."""
+    if isinstance(x, bool):
+        return "bool", "true" if x else "false"
+    if isinstance(x, int):
+        return "int", str(x)
+    if isinstance(x, float):
+        return "float", _float_json(x)
+    if isinstance(x, str):
+        return "str", json.dumps(x, ensure_ascii=False)
+    if isinstance(x, torch.dtype):
+        return "torch.dtype", json.dumps(str(x))
+    if isinstance(x, torch.device):
+        return "torch.device", json.dumps(str(x))
+    if isinstance(x, torch.Size):
+        return "torch.Size", json.dumps(list(x))
+    if isinstance(x, slice):
+        return "slice", json.dumps([_plain(x.start), _plain(x.stop), _plain(x.step)])
+    if x is Ellipsis:
+        return "ellipsis", json.dumps("...")
+    if isinstance(x, torch.memory_format):
+        return "torch.memory_format", json.dumps(str(x).replace("torch.", ""))
+    if isinstance(x, torch.layout):
+        return "torch.layout", json.dumps(str(x))
+    if isinstance(x, torch.Generator):
+        return "torch.Generator", json.dumps(str(x.device))
+    item = getattr(x, "item", None)
+    if item is not None and type(x).__module__ == "numpy":
+        try:
+            return type(x).__name__, json.dumps(_plain(item()))
+        except (TypeError, ValueError):
+            pass
+    if isinstance(x, complex):
+        return "complex", json.dumps([x.real, x.imag])
+    return type(x).__qualname__, json.dumps(repr(x)[:200], ensure_ascii=False)
+
+
+def _float_json(x: float) -> str:
+    if math.isnan(x):
+        return '"nan"'
+    if math.isinf(x):
+        return '"inf"' if x > 0 else '"-inf"'
+    return repr(x)
+
+
+def _plain(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return v.item()
+    return repr(v)

@@ -1,0 +1,99 @@
+"""L0 / mix capture: global module forward hooks, tensor gradient hooks and optimizer step hooks.
+
+Global hooks (``register_module_forward_pre_hook``) see every module of every model without touching
+the model's own hook dictionaries, and are removed as a whole at stop. Module backward is observed with
+tensor hooks rather than ``register_full_backward_hook``: the latter inserts BackwardHook nodes that
+change how gradients accumulate (seed FAQ), while tensor hooks only read them.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.nn.modules import module as _module
+
+from msprobe_nb.capture.recorder import Call, Recorder
+
+_is_compiling = torch.compiler.is_compiling
+
+
+class ModuleHooks:
+    """Installs and removes the global hooks that feed a :class:`Recorder`."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self._handles: list = []
+
+    def install(self) -> None:
+        if self._handles:
+            return
+        self._handles = [
+            _module.register_module_forward_pre_hook(self._pre),
+            _module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
+            torch.optim.optimizer.register_optimizer_step_pre_hook(self._optim_pre),
+            torch.optim.optimizer.register_optimizer_step_post_hook(self._optim_post),
+        ]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    # forward pre-hook: inputs before the module runs (in-place modules change them)
+    def _pre(self, module, args):
+        rec = self.recorder
+        if not rec.active or _is_compiling():
+            return None
+        with rec.lock:
+            try:
+                path = rec.module_path(module)
+                if path is None:  # a root model: not recorded, like msprobe, but it parents nothing either
+                    rec.module_stack.append((module, Call("", "Module", type(module).__name__, -1, "forward",
+                                                          dump=False)))
+                    return None
+                c = rec.open_module(module, path, sys._getframe(1))
+                rec.add_rows(c, "forward", "input", args)
+                rec.module_stack.append((module, c))
+            except Exception as exc:
+                rec.note_error(f"pre-hook of {type(module).__name__}", exc)
+        return None
+
+    def _post(self, module, args, kwargs, output):
+        rec = self.recorder
+        if not rec.module_stack or _is_compiling():
+            return None
+        with rec.lock:
+            try:
+                # pop up to this module's entry (a raising submodule may have left its own behind)
+                while rec.module_stack:
+                    m, c = rec.module_stack.pop()
+                    if m is module:
+                        break
+                else:
+                    return None
+                if not rec.active or not c.call:
+                    return None
+                if kwargs:
+                    rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
+                rec.add_rows(c, "forward", "output", output if isinstance(output, (tuple, list, dict)) else [output],
+                             set_producer=True)
+                if c.dump:
+                    params = dict(module.named_parameters(recurse=False))
+                    if params:
+                        rec.add_rows(c, "forward", "parameters", params)
+                    rec.attach_module_backward(c, args, output)
+                rec.watch_parameters(module, c.module_path)
+            except Exception as exc:
+                rec.note_error(f"forward hook of {type(module).__name__}", exc)
+        return None
+
+    def _optim_pre(self, optimizer, args, kwargs):
+        rec = self.recorder
+        if rec.active:
+            rec.module_stack.append((optimizer, Call("optimizer", "Optimizer", type(optimizer).__name__, 0,
+                                                     "forward", dump=False)))
+
+    def _optim_post(self, optimizer, args, kwargs):
+        rec = self.recorder
+        if rec.module_stack and rec.module_stack[-1][0] is optimizer:
+            rec.module_stack.pop()

@@ -1,0 +1,130 @@
+"""msprobe-compatible names for what the modes see: ``Functional.linear``, ``Tensor.__add__``, ``Torch.randint``.
+
+A torch function mode reports ``x + y`` as ``Tensor.add``; msprobe (which wraps ``Tensor.__add__``) names it
+``Tensor.__add__``. To line our dumps up with msprobe's we look at the calling bytecode instruction: a
+``BINARY_OP +`` that resolved to ``Tensor.add`` was an operator. One frame lookup, no patching.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+from functools import lru_cache
+
+import torch
+from torch.overrides import resolve_name
+
+# BINARY_OP argument -> dunder name (CPython 3.11+ numbering, see dis._nb_ops).
+_NB_DUNDERS = [
+    "__add__", "__and__", "__floordiv__", "__lshift__", "__matmul__", "__mul__", "__mod__", "__or__",
+    "__pow__", "__rshift__", "__sub__", "__truediv__", "__xor__",
+    "__iadd__", "__iand__", "__ifloordiv__", "__ilshift__", "__imatmul__", "__imul__", "__imod__", "__ior__",
+    "__ipow__", "__irshift__", "__isub__", "__itruediv__", "__ixor__",
+]
+_CMP_DUNDERS = {"<": "__lt__", "<=": "__le__", "==": "__eq__", "!=": "__ne__", ">": "__gt__", ">=": "__ge__"}
+_BINARY_OP = dis.opmap.get("BINARY_OP", -1)
+_COMPARE_OP = dis.opmap["COMPARE_OP"]
+_UNARY = {dis.opmap.get("UNARY_NEGATIVE", -1): "__neg__", dis.opmap.get("UNARY_INVERT", -1): "__invert__"}
+# COMPARE_OP packs the comparison index in the upper bits from 3.12 on.
+_CMP_SHIFT = 0 if sys.version_info < (3, 12) else (4 if sys.version_info < (3, 13) else 5)
+
+# Tensor methods that an operator resolves to, by the operator's dunder name (in-place forms included).
+_OPERATOR_METHODS = {
+    "__add__": "add", "__iadd__": "add_", "__sub__": "sub", "__isub__": "sub_", "__mul__": "mul",
+    "__imul__": "mul_", "__truediv__": "div", "__itruediv__": "div_", "__matmul__": "matmul",
+    "__and__": "bitwise_and", "__iand__": "bitwise_and_", "__or__": "bitwise_or", "__ior__": "bitwise_or_",
+    "__xor__": "bitwise_xor", "__ixor__": "bitwise_xor_", "__lshift__": "__lshift__",
+    "__rshift__": "__rshift__", "__ilshift__": "__ilshift__", "__irshift__": "__irshift__",
+    "__floordiv__": "__floordiv__", "__ifloordiv__": "__ifloordiv__", "__mod__": "remainder",
+    "__imod__": "remainder_", "__pow__": "__pow__", "__ipow__": "pow_",
+    "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "__eq__", "__ne__": "__ne__",
+    "__neg__": "neg", "__invert__": "bitwise_not",
+}
+
+# Functions the function mode sees that are metadata or conversions, not computations: never recorded.
+IGNORED_TENSOR_METHODS = frozenset({
+    "size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous", "data_ptr",
+    "storage_offset", "element_size", "is_floating_point", "is_complex", "is_signed", "get_device",
+    "untyped_storage", "_typed_storage", "storage", "__len__", "__iter__", "__repr__", "__format__",
+    "__hash__", "__reduce_ex__", "__deepcopy__", "__array__", "__array_wrap__", "__contains__", "__dir__",
+    "_is_view", "has_names", "__bool__", "__nonzero__", "item", "tolist", "__index__", "__int__",
+    "__float__", "__complex__", "backward", "register_hook", "register_post_accumulate_grad_hook",
+    "retain_grad", "requires_grad_", "__setstate__", "__reversed__", "_fix_weakref", "is_pinned",
+    "is_shared", "_has_symbolic_sizes_strides", "dim_order", "__torch_function__", "__getstate__",
+    "_version", "is_inference", "is_set_to", "__class__", "__sizeof__", "cpu_rng_state",
+})
+
+_PREFIXES = (
+    ("torch.nn.functional.", "Functional"),
+    ("torch.Tensor.", "Tensor"),
+    ("torch._C._VariableFunctions.", "Torch"),
+    ("torch._C._nn.", "Functional"),
+    ("torch._VF.", "VF"),
+    ("torch.nn.init.", "Init"),
+    ("torch.distributed.", "Distributed"),
+    ("torch_npu.", "NPU"),
+    ("torch.", "Torch"),
+)
+
+
+@lru_cache(maxsize=4096)
+def _resolve(func) -> tuple[str, str] | None:
+    """(family, op) for a function the mode reported, or None when it is not recorded."""
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        ns = func.namespace
+        op = func._opname if isinstance(func, torch._ops.OpOverload) else func._qualified_op_name.split("::")[-1]
+        if ns == "aten":
+            return "Aten", op
+        if ns in ("npu", "_C_ascend", "npu_graph"):
+            return "NPU", op
+        return ns, op  # custom op namespace, e.g. torch.library ops: "mylib.fused_gelu"
+    name = resolve_name(func)
+    if name is None:
+        name = f"{getattr(func, '__module__', '') or ''}.{getattr(func, '__name__', repr(func))}"
+    if name.endswith((".__get__", ".__set__", ".__delete__")):
+        return None
+    for prefix, family in _PREFIXES:
+        if name.startswith(prefix):
+            op = name[len(prefix):]
+            if family == "Tensor" and op in IGNORED_TENSOR_METHODS:
+                return None
+            if family == "Torch" and op in ("is_tensor", "is_storage", "is_grad_enabled", "get_default_dtype",
+                                            "is_floating_point", "is_complex", "numel", "result_type",
+                                            "can_cast", "promote_types", "is_nonzero"):
+                return None
+            return family, op
+    head, _, op = name.rpartition(".")
+    return head or "Python", op
+
+
+def api_name(func, frame) -> tuple[str, str] | None:
+    """(family, op) as msprobe names it, using ``frame`` (the caller) to tell ``x + y`` from ``x.add(y)``."""
+    resolved = _resolve(func)
+    if resolved is None or resolved[0] != "Tensor" or frame is None:
+        return resolved
+    code = frame.f_code.co_code
+    lasti = frame.f_lasti
+    if lasti < 0 or lasti + 1 >= len(code):
+        return resolved
+    opcode, oparg = code[lasti], code[lasti + 1]
+    dunder = None
+    if opcode == _BINARY_OP and oparg < len(_NB_DUNDERS):
+        dunder = _NB_DUNDERS[oparg]
+    elif opcode == _COMPARE_OP:
+        idx = oparg >> _CMP_SHIFT
+        if idx < len(dis.cmp_op):
+            dunder = _CMP_DUNDERS.get(dis.cmp_op[idx])
+    elif opcode in _UNARY:
+        dunder = _UNARY[opcode]
+    if dunder is not None and _OPERATOR_METHODS.get(dunder) == resolved[1]:
+        return "Tensor", dunder
+    return resolved
+
+
+def module_call_name(path: str, cls: str, direction: str, index: int) -> str:
+    """``Module.net1.ln1.Linear.forward.0`` (msprobe puts the counter last for modules)."""
+    return f"Module.{path}.{cls}.{direction}.{index}"
+
+
+def api_call_name(family: str, op: str, index: int, direction: str) -> str:
+    """``Functional.linear.0.forward``."""
+    return f"{family}.{op}.{index}.{direction}"

@@ -1,0 +1,184 @@
+"""Random sources during recording: which generator each draw used, dropout off, host-side draws.
+
+* Every random API call gets its generator (``rng``: device, ``custom`` when the user passed one) and a
+  digest of the generator state before the draw (``rng_state``: initial seed and CRC-32 of the state), so
+  a divergence can be traced back to the draw and reseeding shows up.
+* ``dropout_off``: dropout APIs (and so ``nn.Dropout*``) run with ``p=0``, by rewriting the call's
+  arguments in the function mode; no function object is replaced.
+* ``host_random``: draws that use a default generator are made by the kit's own CPU generator, seeded
+  from the config's seed, and moved to the target device. Two machines then draw identical numbers,
+  whatever their device generators do, without any change to user code. Draws with a user-supplied
+  ``generator=`` are left alone: the user seeded those on purpose.
+"""
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+#: (family, op) pairs that draw random numbers, by kind of call.
+FACTORIES = {("Torch", n) for n in ("rand", "randn", "randint", "randperm", "rand_like", "randn_like",
+                                    "randint_like")}
+TENSOR_ARG_DRAWS = {("Torch", n) for n in ("bernoulli", "multinomial", "poisson", "normal", "binomial",
+                                           "_standard_gamma")} | {("Tensor", "bernoulli"), ("Tensor", "multinomial")}
+INPLACE_DRAWS = {("Tensor", n) for n in ("uniform_", "normal_", "bernoulli_", "random_", "exponential_",
+                                         "geometric_", "cauchy_", "log_normal_")}
+INIT_DRAWS = {("Init", n) for n in ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
+                                    "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")}
+DROPOUTS = {("Functional", n) for n in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                        "feature_alpha_dropout")} | {
+    ("Torch", n) for n in ("dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout",
+                           "native_dropout")} | {("VF", n) for n in ("dropout", "feature_dropout")}
+OTHER_DRAWS = {("Functional", n) for n in ("rrelu", "gumbel_softmax", "fractional_max_pool2d",
+                                           "fractional_max_pool3d")} | {("Torch", "rrelu")}
+RANDOM_APIS = FACTORIES | TENSOR_ARG_DRAWS | INPLACE_DRAWS | INIT_DRAWS | DROPOUTS | OTHER_DRAWS
+_DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
+
+
+def _first_tensor(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+def _target_device(family: str, op: str, args, kwargs) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is not None:
+        return torch.device(dev)
+    t = _first_tensor(args, kwargs)
+    if t is not None:
+        return t.device
+    return torch.get_default_device()
+
+
+def _default_generator(device: torch.device):
+    if device.type == "cpu":
+        return torch.default_generator
+    try:
+        mod = torch.get_device_module(device.type)
+        gens = getattr(mod, "default_generators", None)
+        if gens:
+            return gens[device.index if device.index is not None else mod.current_device()]
+    except (AttributeError, RuntimeError, IndexError):
+        pass
+    return None
+
+
+def generator_digest(gen) -> str:
+    """``seed=<initial seed> state=<crc32>`` of a generator; cheap enough for every draw."""
+    if gen is None:
+        return ""
+    try:
+        state = gen.get_state()
+        return f"seed={gen.initial_seed()} state={zlib.crc32(state.numpy().tobytes()):08x}"
+    except (RuntimeError, AttributeError):
+        return f"seed={gen.initial_seed()}"
+
+
+class RandomPolicy:
+    """Per-call decisions about random APIs, used by the function mode."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.dropout_off = cfg.dropout_off
+        self.host_random = cfg.host_random
+        self.host_generator = torch.Generator(device="cpu")
+        self.host_generator.manual_seed(1234 if cfg.seed is None else cfg.seed)
+
+    def install(self) -> None:
+        """Hook point for non-torch sources (nothing to install for torch: the mode sees its draws)."""
+
+    def uninstall(self) -> None:
+        """Counterpart of :meth:`install`."""
+
+    def before(self, c, func, args, kwargs):
+        """Fill the call's rng columns and return (callable to run, args, kwargs)."""
+        key = (c.family, c.op)
+        if key not in RANDOM_APIS:
+            return func, args, kwargs
+        user_gen = kwargs.get("generator")
+        device = _target_device(c.family, c.op, args, kwargs)
+        if key in DROPOUTS and self.dropout_off:
+            args, kwargs = _zero_p(c.op, args, kwargs)
+            c.rng = "dropout-off"
+            return func, args, kwargs
+        if self.host_random and user_gen is None:
+            host = self.host_generator
+            c.rng = f"host (for {device})"
+            c.rng_state = generator_digest(host)
+            return _host_call(key, func, device, host), args, kwargs
+        gen = user_gen if user_gen is not None else _default_generator(device)
+        c.rng = f"custom ({gen.device})" if user_gen is not None else str(device)
+        c.rng_state = generator_digest(gen)
+        return func, args, kwargs
+
+
+def _zero_p(op: str, args, kwargs):
+    """Dropout with ``p=0``: keep every element, whatever the mode."""
+    if "p" in kwargs:
+        kwargs = dict(kwargs, p=0.0)
+    elif len(args) > 1:
+        args = (args[0], 0.0) + tuple(args[2:])
+    else:
+        kwargs = dict(kwargs, p=0.0)
+    return args, kwargs
+
+
+def _cpu(x):
+    return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
+def _host_call(key, func, device: torch.device, gen: torch.Generator):
+    """A callable that makes ``func``'s draw on the host generator and returns it on ``device``."""
+    family, op = key
+
+    def factory(*args, **kwargs):
+        rg = kwargs.pop("requires_grad", False)
+        kwargs.pop("pin_memory", None)
+        kwargs = dict(kwargs, generator=gen, device="cpu")
+        args = tuple(_cpu(a) for a in args)
+        out = func(*args, **kwargs).to(device)
+        return out.requires_grad_(True) if rg else out
+
+    def tensor_arg(*args, **kwargs):
+        args = tuple(_cpu(a) for a in args)
+        kwargs = {k: _cpu(v) for k, v in kwargs.items()}
+        return func(*args, generator=gen, **kwargs).to(device)
+
+    def in_place(t, *args, **kwargs):
+        tmp = torch.empty(t.shape, dtype=t.dtype)
+        args = tuple(_cpu(a) for a in args)
+        func(tmp, *args, generator=gen, **kwargs)
+        with torch.no_grad():
+            t.copy_(tmp)
+        return t
+
+    def dropout(*args, **kwargs):
+        names = ("input", "p", "train" if family != "Functional" else "training", "inplace")
+        bound = dict(zip(names, args), **kwargs)
+        x, p = bound["input"], float(bound.get("p", 0.5))
+        training = bool(bound.get("training", bound.get("train", True)))
+        inplace = bool(bound.get("inplace", False))
+        if not training or p == 0:
+            return func(*args, **kwargs)
+        if p >= 1:
+            return x.mul_(0) if inplace else x * 0
+        shape = x.shape
+        if op in ("dropout1d", "dropout2d", "dropout3d", "feature_dropout") and x.dim() >= 2:
+            batched = x.dim() > {"dropout1d": 2, "dropout2d": 3, "dropout3d": 4}.get(op, 1)
+            keep = x.dim() - (2 if batched else 1)
+            shape = tuple(x.shape[: x.dim() - keep]) + (1,) * keep
+        mask = torch.empty(shape, dtype=torch.float32).bernoulli_(1 - p, generator=gen)
+        mask = mask.to(device=x.device, dtype=x.dtype) / (1 - p)
+        return x.mul_(mask) if inplace else x * mask
+
+    if key in FACTORIES:
+        return factory
+    if key in INPLACE_DRAWS or key in INIT_DRAWS:
+        return in_place
+    if key in TENSOR_ARG_DRAWS:
+        return tensor_arg
+    if key in DROPOUTS and op in ("dropout", "dropout1d", "dropout2d", "dropout3d", "feature_dropout"):
+        return dropout
+    return func  # alpha dropout, rrelu, gumbel...: drawn natively (rng columns still say which generator)

@@ -1,0 +1,425 @@
+"""The recording state of one dump: counters, the step's buffered rows, stacks, provenance, the writer.
+
+The modes and hooks (api_mode, module_hooks, dispatch_mode) only call into a :class:`Recorder`; it turns
+what they saw into rows of the schema's calls table and hands a whole step to the store at once. Rows
+are buffered in memory and written, then flushed, at each step boundary, so a crash mid-step loses only
+the step in progress.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from msprobe_nb.capture.leaves import describe_value, walk
+from msprobe_nb.capture.naming import api_call_name, module_call_name
+from msprobe_nb.capture.stats import Summarizer
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_STACK_DEPTH = 64
+
+# Order of the fields of one buffered row; stats and hashes are looked up by index at flush time.
+ROW_FIELDS = (
+    "call_index", "call", "name", "family", "op", "module_path", "counter", "direction", "io", "arg",
+    "is_kwarg", "kind", "dtype", "shape", "numel", "device", "requires_grad", "_stat", "_tensor",
+    "value_type", "value", "stack_id", "parent", "tensor_id", "producer", "rng", "rng_state",
+)
+_F = {f: i for i, f in enumerate(ROW_FIELDS)}
+
+
+@dataclass
+class Call:
+    """One recorded call (forward API, module forward, backward, parameter gradients)."""
+
+    call: str
+    family: str
+    op: str
+    counter: int
+    direction: str
+    module_path: str = ""
+    parent: str = ""
+    stack_id: int = -1
+    index: int = -1
+    rng: str = ""
+    rng_state: str = ""
+    dump: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def _backward_name(call: str) -> str:
+    if call.startswith("Module.") and ".forward." in call:
+        head, _, tail = call.rpartition(".forward.")
+        return f"{head}.backward.{tail}"
+    return call[: -len("forward")] + "backward" if call.endswith(".forward") else call
+
+
+class Recorder:
+    """Turns observed calls into rows; one instance per dump and rank."""
+
+    def __init__(self, cfg, rank: int = 0):
+        self.cfg = cfg
+        self.rank = rank
+        self.step = 0
+        self.active = False
+        self.lock = threading.RLock()
+        hashes = cfg.summary_mode in ("md5", "crc32", "xor") or cfg.task == "md5"
+        self.summarizer = Summarizer(stats=cfg.summary_mode != "xor", hashes=hashes,
+                                     keep_tensors=cfg.task == "tensor")
+        self.module_stack: list[tuple[torch.nn.Module, Call]] = []
+        self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.roots: weakref.WeakSet = weakref.WeakSet()
+        self._stack_ids: dict[tuple, int] = {}
+        self._new_stacks: dict[int, list[str]] = {}
+        self._handles: list = []  # autograd hooks of this step, removed at the step boundary
+        self._param_hooks: dict[int, Any] = {}
+        self.scope_on = not cfg.scope
+        self.errors: list[str] = []
+        self.reset_step()
+
+    # ------------------------------------------------------------------ step state
+    def reset_step(self) -> None:
+        self.rows: list[tuple] = []
+        self.counters: dict[str, int] = {}
+        self.grad_counters: dict[str, int] = {}
+        self.construct: dict[str, str | None] = {}
+        self.call_index = 0
+        self.summarizer.reset()
+        self._producers: dict[int, tuple] = {}  # id(tensor) -> (weakref, tensor_id, producer call)
+        self._next_tensor_id = 0
+
+    def wants_step(self) -> bool:
+        return not self.cfg.step or self.step in self.cfg.step
+
+    # ------------------------------------------------------------------ naming and filters
+    def next_counter(self, key: str) -> int:
+        n = self.counters.get(key, 0)
+        self.counters[key] = n + 1
+        return n
+
+    def selected(self, call: str, family: str, op: str) -> bool:
+        """msprobe's scope ([first, last] by call name) and list (full names or substrings) filters."""
+        cfg = self.cfg
+        if cfg.scope:
+            if not self.scope_on:
+                if call.startswith(cfg.scope[0]) or cfg.scope[0] == call:
+                    self.scope_on = True
+                else:
+                    return False
+            elif call == cfg.scope[1] or call.startswith(cfg.scope[1] + "."):
+                self.scope_on = False
+                return True
+        if cfg.list:
+            inside = any(c.dump and any(s in c.call for s in cfg.list) for _, c in self.module_stack)
+            if not inside and not any(s == call or s in call for s in cfg.list):
+                return False
+        return True
+
+    def wants(self, direction: str, io: str) -> bool:
+        modes = self.cfg.data_mode
+        if not modes or "all" in modes:
+            return True
+        d = "backward" if direction in ("backward", "parameters_grad") else "forward"
+        has_dir = any(m in ("forward", "backward") for m in modes)
+        has_io = any(m in ("input", "output") for m in modes)
+        io_kind = "output" if io == "output" else "input"
+        return (not has_dir or d in modes) and (not has_io or io_kind in modes or io in ("parameters",))
+
+    # ------------------------------------------------------------------ stacks
+    def stack_id(self, frame) -> int:
+        if not self.cfg.stack or frame is None:
+            return -1
+        key = []
+        f = frame
+        while f is not None and len(key) < MAX_STACK_DEPTH:
+            code = f.f_code
+            if not code.co_filename.startswith(_PKG_DIR):
+                key.append((code, f.f_lineno))
+            f = f.f_back
+        key = tuple(key)
+        sid = self._stack_ids.get(key)
+        if sid is None:
+            sid = len(self._stack_ids)
+            self._stack_ids[key] = sid
+            self._new_stacks[sid] = [
+                f"File {c.co_filename}, line {ln}, in {c.co_name}, \n {linecache.getline(c.co_filename, ln).strip()}"
+                for c, ln in key
+            ]
+        return sid
+
+    # ------------------------------------------------------------------ calls
+    def current_parent(self) -> str:
+        return self.module_stack[-1][1].call if self.module_stack else ""
+
+    def open_api(self, family: str, op: str, frame) -> Call:
+        counter = self.next_counter(f"{family}.{op}")
+        name = api_call_name(family, op, counter, "forward")
+        c = Call(name, family, op, counter, "forward", parent=self.current_parent())
+        c.dump = self.selected(name, family, op)
+        if c.dump:
+            c.stack_id = self.stack_id(frame)
+            c.index = self._take_index()
+            if c.parent or self.module_stack:
+                self.construct[name] = c.parent or None
+        return c
+
+    def open_module(self, module: torch.nn.Module, path: str, frame) -> Call:
+        cls = type(module).__name__
+        counter = self.next_counter(f"Module.{path}.{cls}")
+        name = module_call_name(path, cls, "forward", counter)
+        c = Call(name, "Module", cls, counter, "forward", module_path=path, parent=self.current_parent())
+        c.dump = self.cfg.level in ("L0", "mix") and self.selected(name, "Module", cls)
+        if c.dump:
+            c.stack_id = self.stack_id(frame)
+            c.index = self._take_index()
+            self.construct[name] = c.parent or None
+        return c
+
+    def _take_index(self) -> int:
+        i = self.call_index
+        self.call_index += 1
+        return i
+
+    # ------------------------------------------------------------------ rows
+    def add_rows(self, c: Call, direction: str, io: str, value: Any, *, is_kwarg: bool = False,
+                 prefix: str = "", set_producer: bool = False) -> None:
+        """Append one row per leaf of ``value`` (inputs, outputs, parameters, gradients)."""
+        if not c.dump or not self.wants(direction, io):
+            return
+        rows = self.rows
+        summarize = self.summarizer.summarize
+        base = f"{c.call}.{io}"
+        for path, leaf in walk(value, prefix):
+            name = f"{base}.{path}" if path else base
+            if isinstance(leaf, torch.Tensor):
+                idx = summarize(leaf)
+                tid, producer = self._provenance(leaf, c.call, set_producer)
+                try:
+                    device = str(leaf.device)
+                except RuntimeError:
+                    device = ""
+                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
+                             is_kwarg, "tensor", str(leaf.dtype), tuple(leaf.shape), leaf.numel(), device,
+                             leaf.requires_grad, idx, idx, "", "", c.stack_id, c.parent, tid, producer,
+                             c.rng, c.rng_state))
+            elif leaf is None:
+                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
+                             is_kwarg, "none", "", None, None, "", None, -1, -1, "", "", c.stack_id, c.parent,
+                             None, "", c.rng, c.rng_state))
+            else:
+                vtype, vtext = describe_value(leaf)
+                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
+                             is_kwarg, "value", "", None, None, "", None, -1, -1, vtype, vtext, c.stack_id,
+                             c.parent, None, "", c.rng, c.rng_state))
+
+    def _provenance(self, t: torch.Tensor, call: str, set_producer: bool) -> tuple[int, str]:
+        """(tensor_id, producing call) for ``t``; outputs become the producer of the tensor object."""
+        key = id(t)
+        hit = self._producers.get(key)
+        alive = hit is not None and hit[0]() is t
+        if set_producer or not alive:
+            tid = self._next_tensor_id
+            self._next_tensor_id += 1
+            producer = call if set_producer else ""
+            try:
+                self._producers[key] = (weakref.ref(t), tid, producer)
+            except TypeError:
+                pass
+            return tid, ("" if set_producer else producer)
+        return hit[1], hit[2]
+
+    # ------------------------------------------------------------------ gradients
+    def attach_api_backward(self, c: Call, out: Any, inputs: tuple) -> None:
+        """Record the API's backward when autograd runs its node: grads of outputs in, grads of inputs out."""
+        if not c.dump or not torch.is_grad_enabled():
+            return
+        first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+        if first is None or (not c.op.endswith("_") and any(first is a for a in inputs)):
+            return
+        recorder = self
+        bname = _backward_name(c.call)
+        parent = _backward_name(c.parent) if c.parent else ""
+
+        def hook(grad_inputs, grad_outputs):
+            if not recorder.active:
+                return
+            with recorder.lock:
+                b = Call(bname, c.family, c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
+                         stack_id=c.stack_id, index=recorder._take_index())
+                if parent:
+                    recorder.construct[bname] = parent
+                recorder.add_rows(b, "backward", "input", list(grad_outputs))
+                recorder.add_rows(b, "backward", "output", list(grad_inputs))
+
+        self._handles.append(first.grad_fn.register_hook(hook))
+
+    def attach_module_backward(self, c: Call, args: Any, out: Any) -> None:
+        """Module backward through tensor hooks on its outputs and inputs (no BackwardHook node is inserted,
+        so gradients are computed exactly as without the kit; the input side is the input tensor's full grad)."""
+        if not c.dump or not torch.is_grad_enabled():
+            return
+        outs = [t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not outs:
+            return
+        ins = [t for _, t in walk(args, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+        bname = _backward_name(c.call)
+        parent = _backward_name(c.parent) if c.parent else ""
+        b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
+                 stack_id=c.stack_id)
+        recorder = self
+
+        def on_outputs(grads):
+            if recorder.active:
+                with recorder.lock:
+                    b.index = recorder._take_index()
+                    recorder.construct[bname] = parent or None
+                    recorder.add_rows(b, "backward", "input", list(grads))
+
+        def on_inputs(grads):
+            if recorder.active:
+                with recorder.lock:
+                    if b.index < 0:
+                        b.index = recorder._take_index()
+                    recorder.add_rows(b, "backward", "output", list(grads))
+
+        reg = torch.autograd.graph.register_multi_grad_hook
+        self._handles.append(reg(outs, on_outputs, mode="all"))
+        if ins:
+            self._handles.append(reg(ins, on_inputs, mode="all"))
+
+    def watch_parameters(self, module: torch.nn.Module, path: str) -> None:
+        """Parameter gradients: a post-accumulate hook per parameter, removed when recording stops."""
+        if self.cfg.level not in ("L0", "mix"):
+            return
+        cls = type(module).__name__
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in self._param_hooks or not p.requires_grad:
+                continue
+            self._param_hooks[id(p)] = p.register_post_accumulate_grad_hook(
+                self._param_grad_hook(path, cls, pname))
+
+    def _param_grad_hook(self, path: str, cls: str, pname: str):
+        recorder = self
+
+        def hook(p):
+            if not recorder.active or p.grad is None:
+                return
+            with recorder.lock:
+                key = f"{path}.{cls}.{pname}"
+                k = recorder.grad_counters.get(key, 0)
+                recorder.grad_counters[key] = k + 1
+                name = f"Module.{path}.{cls}.parameters_grad.{k}"
+                c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=recorder._take_index())
+                c.dump = recorder.selected(name, "Module", cls)
+                recorder.add_rows(c, "parameters_grad", "parameters_grad", {pname: p.grad})
+
+        return hook
+
+    def remove_step_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def remove_all_hooks(self) -> None:
+        self.remove_step_hooks()
+        for h in self._param_hooks.values():
+            h.remove()
+        self._param_hooks.clear()
+
+    # ------------------------------------------------------------------ module paths
+    def module_path(self, module: torch.nn.Module) -> str | None:
+        """Dotted path of ``module`` in its model; None for a root model (msprobe does not record roots)."""
+        try:
+            path = self.module_paths.get(module)
+        except TypeError:
+            return None
+        if path is not None:
+            return path or None
+        parent_mod = self.module_stack[-1][0] if self.module_stack else None
+        if not isinstance(parent_mod, torch.nn.Module):
+            self.module_paths[module] = ""
+            return None
+        ppath = self.module_paths.get(parent_mod, "")
+        for n, child in parent_mod._modules.items():
+            if child is module:
+                path = f"{ppath}.{n}" if ppath else n
+                self.module_paths[module] = path
+                return path
+        # called from a parent that does not own it: name it by its class in the parent
+        path = f"{ppath}.{type(module).__name__}" if ppath else type(module).__name__
+        self.module_paths[module] = path
+        return path
+
+    def register_model(self, model) -> None:
+        models = model if isinstance(model, (list, tuple)) else [model]
+        for i, m in enumerate(models):
+            prefix = f"{i}." if len(models) > 1 else ""
+            for name, sub in m.named_modules():
+                self.module_paths[sub] = f"{prefix}{name}" if name else (prefix[:-1] if prefix else "")
+
+    # ------------------------------------------------------------------ flush
+    def materialize(self) -> dict[str, Any] | None:
+        """Columns of this step's rows (with statistics read back once) and the tensors, or None if empty."""
+        if not self.rows:
+            return None
+        stats, hashes = self.summarizer.materialize()
+        cols = list(zip(*self.rows))
+        out: dict[str, Any] = {}
+        for f, i in _F.items():
+            if not f.startswith("_"):
+                out[f] = list(cols[i])
+        sidx = np.asarray(cols[_F["_stat"]], dtype=np.int64)
+        has = sidx >= 0
+        for j, col in enumerate(("max", "min", "mean", "norm")):
+            v = np.full(len(sidx), np.nan)
+            v[has] = stats[sidx[has], j]
+            out[col] = v
+        for j, col in ((4, "nan_count"), (5, "posinf_count"), (6, "neginf_count")):
+            v = np.full(len(sidx), np.nan)
+            v[has] = stats[sidx[has], j]
+            out[col] = [None if not h or np.isnan(x) else int(x) for h, x in zip(has, v)]
+        if hashes:
+            out["hash"] = [hashes[i] if i >= 0 else "" for i in sidx]
+        tensors: dict[str, torch.Tensor] = {}
+        data_names = [""] * len(sidx)
+        if self.summarizer.keep_tensors:
+            first_name: dict[int, str] = {}
+            names = out["name"]
+            for r, i in enumerate(sidx):
+                if i < 0:
+                    continue
+                dn = first_name.get(i)
+                if dn is None:
+                    dn = f"step{self.step}/{names[r]}"
+                    first_name[i] = dn
+                    tensors[dn] = self.summarizer.tensors[i]
+                data_names[r] = dn
+        out["data_name"] = data_names
+        return {"columns": out, "tensors": tensors, "stacks": dict(self._new_stacks),
+                "construct": dict(self.construct)}
+
+    def take_new_stacks(self) -> None:
+        self._new_stacks.clear()
+
+    def note_error(self, where: str, exc: BaseException) -> None:
+        """Never break the user's model: remember the failure, warn once, carry on."""
+        msg = f"msprobe_nb: recording failed in {where}: {type(exc).__name__}: {exc}"
+        if not self.errors:
+            warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
+                          RuntimeWarning, stacklevel=3)
+        self.errors.append(msg)
+
+
+def caller_frame(depth: int = 2):
+    """The first frame outside msprobe_nb, ``depth`` frames up."""
+    f = sys._getframe(depth)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    return f

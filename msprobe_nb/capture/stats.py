@@ -1,0 +1,173 @@
+"""Per-tensor summaries computed on the tensor's own device, read back once per step.
+
+Why: a ``.item()`` per call synchronises an accelerator with the host, which slows the run and can change
+its results (seed FAQ, "model computation result change"). On accelerators every summary stays a small
+device tensor until :meth:`Summarizer.materialize`; on the CPU there is nothing to synchronise, so values
+are read at once. A tensor seen again unchanged (same object, same version counter) reuses its summary:
+the output of one call is usually the input of the next.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+import zlib
+
+import numpy as np
+import torch
+
+NAN = float("nan")
+_EMPTY = (NAN, NAN, NAN, NAN, 0.0, 0.0, 0.0)
+_HALF = (torch.float16, torch.bfloat16)
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                         "float8_e8m0fnu") if hasattr(torch, n))
+
+
+def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
+    """The tensor to reduce and the accumulation dtype for mean/norm."""
+    dt = t.dtype
+    if dt.is_complex:
+        return t.abs(), None
+    if dt == torch.bool:
+        return t, None
+    if dt in _FP8:
+        return t.to(torch.float32), None
+    if dt in _HALF:
+        return t, torch.float32
+    if dt.is_floating_point:
+        return t, None
+    return t, torch.float64  # integers: exact min/max, mean and norm in float64
+
+
+def _cpu_stats(t: torch.Tensor) -> tuple[float, ...]:
+    if t.numel() == 0:
+        return _EMPTY
+    if t.dtype == torch.bool:
+        n_true = int(t.sum())
+        n = t.numel()
+        return (float(n_true > 0), float(n_true == n), n_true / n, math.sqrt(n_true), 0.0, 0.0, 0.0)
+    r, acc = _float_view(t)
+    mn, mx = torch.aminmax(r)
+    if acc is None:
+        mean = r.mean()
+        norm = torch.linalg.vector_norm(r)
+    elif acc is torch.float64 and not r.dtype.is_floating_point:
+        r64 = r.to(torch.float64)
+        mean, norm = r64.mean(), torch.linalg.vector_norm(r64)
+    else:
+        mean = r.mean(dtype=acc)
+        norm = torch.linalg.vector_norm(r, dtype=acc)
+    mx_f, mn_f = mx.item(), mn.item()
+    if math.isfinite(mx_f) and math.isfinite(mn_f):
+        nan_c = pinf = ninf = 0.0
+    else:
+        nan_c = float(torch.isnan(r).sum()) if r.dtype.is_floating_point else 0.0
+        pinf = float(torch.isposinf(r).sum()) if r.dtype.is_floating_point else 0.0
+        ninf = float(torch.isneginf(r).sum()) if r.dtype.is_floating_point else 0.0
+    return (float(mx_f), float(mn_f), mean.item(), norm.item(), nan_c, pinf, ninf)
+
+
+def _device_stats(t: torch.Tensor) -> torch.Tensor:
+    """Seven float64 values on the tensor's device; no host synchronisation."""
+    if t.numel() == 0:
+        return torch.tensor(_EMPTY, dtype=torch.float64, device=t.device)
+    if t.dtype == torch.bool:
+        n_true = t.sum(dtype=torch.float64)
+        zero = torch.zeros((), dtype=torch.float64, device=t.device)
+        return torch.stack([t.any().to(torch.float64), t.all().to(torch.float64), n_true / t.numel(),
+                            n_true.sqrt(), zero, zero, zero])
+    r, acc = _float_view(t)
+    mn, mx = torch.aminmax(r)
+    if acc is torch.float64 and not r.dtype.is_floating_point:
+        r = r.to(torch.float64)
+        acc = None
+    mean = r.mean() if acc is None else r.mean(dtype=acc)
+    norm = torch.linalg.vector_norm(r) if acc is None else torch.linalg.vector_norm(r, dtype=acc)
+    parts = [mx, mn, mean, norm]
+    if r.dtype.is_floating_point:
+        parts += [torch.isnan(r).sum(), torch.isposinf(r).sum(), torch.isneginf(r).sum()]
+    else:
+        parts += [torch.zeros((), device=t.device)] * 3
+    return torch.stack([p.to(torch.float64) for p in parts])
+
+
+def _crc32(t: torch.Tensor) -> str:
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    raw = flat.view(torch.uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)
+    return f"{zlib.crc32(memoryview(raw)):08x}"
+
+
+def has_storage(t: torch.Tensor) -> bool:
+    """False for meta, fake and other tensors without data, whose values cannot be summarised."""
+    if t.device.type == "meta" or t.is_sparse or t.is_quantized:
+        return False
+    return type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)
+
+
+class Summarizer:
+    """Collects statistics, hashes and (tensor mode) copies for one step; indices point into its buffers."""
+
+    def __init__(self, stats: bool = True, hashes: bool = False, keep_tensors: bool = False):
+        self.want_stats = stats
+        self.want_hash = hashes
+        self.keep_tensors = keep_tensors
+        self.reset()
+
+    def reset(self) -> None:
+        self._values: list = []            # tuple of floats (CPU) or device tensor of 7
+        self._hashes: list = []            # str, or a host copy awaiting its CRC
+        self.tensors: list = []            # tensor mode: host copies
+        self._cache: dict[int, tuple] = {}  # id(t) -> (weakref, version, index)
+
+    def summarize(self, t: torch.Tensor) -> int:
+        """Index of ``t``'s summary in this step's buffers (-1 when it has no data)."""
+        if not has_storage(t):
+            return -1
+        key = id(t)
+        version = t._version
+        hit = self._cache.get(key)
+        if hit is not None and hit[1] == version and hit[0]() is t:
+            return hit[2]
+        with torch.no_grad():
+            d = t.detach()
+            on_cpu = d.device.type == "cpu"
+            if self.want_stats:
+                self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
+            else:
+                self._values.append(_EMPTY)
+            if self.want_hash:
+                self._hashes.append(_crc32(d) if on_cpu else d.to("cpu", non_blocking=True))
+            if self.keep_tensors:
+                self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
+                                    else d.to("cpu", non_blocking=True))
+        idx = len(self._values) - 1
+        try:
+            self._cache[key] = (weakref.ref(t), version, idx)
+        except TypeError:
+            pass
+        return idx
+
+    def materialize(self) -> tuple[np.ndarray, list[str]]:
+        """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
+        n = len(self._values)
+        out = np.full((n, 7), np.nan)
+        device_rows: dict[torch.device, list[int]] = {}
+        for i, v in enumerate(self._values):
+            if isinstance(v, tuple):
+                out[i] = v
+            else:
+                device_rows.setdefault(v.device, []).append(i)
+        for _dev, rows in device_rows.items():
+            out[rows] = torch.stack([self._values[i] for i in rows]).cpu().numpy()
+        if device_rows or self.want_hash or self.keep_tensors:
+            _sync_accelerators()
+        hashes = [h if isinstance(h, str) else _crc32(h) for h in self._hashes]
+        return out, hashes
+
+
+def _sync_accelerators() -> None:
+    """Wait for pending device-to-host copies (hash and tensor modes); once per step."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available():
+        acc.synchronize()

@@ -1,0 +1,253 @@
+"""The recording API: :class:`Debugger` (start / stop / step) and the :func:`record` context manager.
+
+Both are thin over the capture layer: they build a :class:`~msprobe_nb.capture.recorder.Recorder`, push
+the modes and install the hooks the level needs, and hand each finished step to the HDF5 writer. Several
+debuggers may exist (no process-wide singleton), but only one records at a time.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import platform
+import socket
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from msprobe_nb.capture.api_mode import ApiMode
+from msprobe_nb.capture.dispatch_mode import AtenMode
+from msprobe_nb.capture.module_hooks import ModuleHooks
+from msprobe_nb.capture.randomness import RandomPolicy
+from msprobe_nb.capture.recorder import Recorder
+from msprobe_nb.config import DumpConfig, load_config
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_RECORDING: list = []  # the debugger recording now, if any
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def _device_type() -> str:
+    try:
+        import torch_npu  # noqa: F401
+        return "npu"
+    except ImportError:
+        pass
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Debugger:
+    """Records the torch API and module calls of a training run into an HDF5 dump.
+
+    ``config`` is an msprobe-style config.json path, a dict or a DumpConfig; keyword overrides win
+    (``level="mix"``, ``dump_path="runs/npu"``, ``step=[0, 1]``...). ``start(model)`` records (the model
+    gives modules their msprobe names; without it the first top-level module is the root), ``stop()``
+    pauses and writes what the step recorded so far, ``step()`` ends a training step, ``close()`` ends
+    the dump. Each step is durable on disk once written.
+    """
+
+    def __init__(self, config: Any = None, *, model: Any = None, **overrides: Any):
+        self.config: DumpConfig = load_config(config, **overrides)
+        self.model = model
+        self.dump_dir: Path | None = None
+        self._recorder: Recorder | None = None
+        self._writer = None
+        self._api_mode = None
+        self._aten_mode = None
+        self._hooks: ModuleHooks | None = None
+        self._random: RandomPolicy | None = None
+        self._seed_report = None
+        self._closed = False
+        self._steps_written: set[int] = set()
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def recording(self) -> bool:
+        return bool(_RECORDING) and _RECORDING[0] is self
+
+    @property
+    def current_step(self) -> int:
+        return self._recorder.step if self._recorder else 0
+
+    @property
+    def errors(self) -> list[str]:
+        """Internal recording failures (the model always ran unaffected)."""
+        return list(self._recorder.errors) if self._recorder else []
+
+    @property
+    def seed_report(self):
+        """What ``seed_all`` set, when the config asked for a seed."""
+        return self._seed_report
+
+    def __repr__(self) -> str:
+        state = "recording" if self.recording else ("closed" if self._closed else "idle")
+        return f"<msprobe_nb.Debugger {state}, step {self.current_step}: {self.config.describe()}>"
+
+    # ------------------------------------------------------------------ control
+    def start(self, model: Any = None) -> Debugger:
+        """Begin (or resume) recording. Idempotent."""
+        if self._closed:
+            raise RuntimeError("this Debugger is closed; create a new one to record again")
+        if self.recording:
+            return self
+        if _RECORDING:
+            raise RuntimeError(f"another Debugger is recording ({_RECORDING[0]!r}); stop it first")
+        cfg = self.config
+        first = self._recorder is None
+        if first:
+            if cfg.seed is not None:
+                from msprobe_nb.seeding import seed_all
+                self._seed_report = seed_all(cfg.seed, cfg.is_deterministic, verbose=False)
+            self._recorder = Recorder(cfg, rank=_rank())
+            self._random = RandomPolicy(cfg)
+        rec = self._recorder
+        if cfg.rank and rec.rank not in cfg.rank:
+            return self  # this rank is not dumped: run untouched
+        model = model if model is not None else self.model
+        if model is not None:
+            rec.register_model(model)
+        self._hooks = self._hooks or ModuleHooks(rec)
+        self._hooks.install()
+        if cfg.level == "L2":
+            self._aten_mode = AtenMode(rec)
+            self._aten_mode.__enter__()
+        else:
+            self._api_mode = ApiMode(rec, self._random)
+            self._api_mode.__enter__()
+        if self._random is not None:
+            self._random.install()
+        rec.active = rec.wants_step()
+        _RECORDING.append(self)
+        return self
+
+    def stop(self) -> None:
+        """Pause recording and write what this step recorded so far. Idempotent."""
+        if not self.recording:
+            return
+        rec = self._recorder
+        rec.active = False
+        try:
+            for attr in ("_api_mode", "_aten_mode"):
+                mode = getattr(self, attr)
+                if mode is not None:
+                    mode.__exit__(None, None, None)
+                    setattr(self, attr, None)
+            if self._hooks is not None:
+                self._hooks.remove()
+            if self._random is not None:
+                self._random.uninstall()
+            rec.remove_step_hooks()
+            rec.module_stack.clear()
+        finally:
+            _RECORDING.clear()
+        self._flush()
+
+    def step(self) -> None:
+        """End a training step: write it, reset the per-step counters, move on (msprobe's ``step()``)."""
+        if self._recorder is None:
+            return
+        rec = self._recorder
+        was_active = rec.active
+        self._flush()
+        rec.remove_step_hooks()
+        rec.step += 1
+        rec.reset_step()
+        if self.recording:
+            rec.active = rec.wants_step()
+            if self.config.step and rec.step > max(self.config.step):
+                self.stop()
+        elif was_active:
+            rec.active = False
+
+    def close(self) -> None:
+        """Stop, write and close the dump file. Idempotent; also run at interpreter exit."""
+        if self._closed:
+            return
+        self.stop()
+        if self._recorder is not None:
+            self._recorder.remove_all_hooks()
+        if self._writer is not None:
+            self._writer.close()
+        self._closed = True
+
+    def __enter__(self) -> Debugger:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    def _open_writer(self):
+        from msprobe_nb.store.hdf5_writer import DumpWriter, resolve_dump_dir
+        cfg = self.config
+        self.dump_dir = resolve_dump_dir(cfg.dump_path, on_exists=cfg.on_exists)
+        meta = {
+            "task": cfg.task, "level": cfg.level, "framework": cfg.framework, "summary_mode": cfg.summary_mode,
+            "config": cfg.to_dict(), "torch_version": torch.__version__, "device_type": _device_type(),
+            "rank": self._recorder.rank, "world_size": _world_size(), "seed": cfg.seed,
+            "hostname": socket.gethostname(), "python": platform.python_version(),
+        }
+        if self._seed_report is not None:
+            meta["seed_report"] = str(self._seed_report)
+        self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta)
+
+    def _flush(self) -> None:
+        rec = self._recorder
+        if rec is None:
+            return
+        data = rec.materialize()
+        if data is None:
+            return
+        if self._writer is None:
+            self._open_writer()
+        self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
+        self._steps_written.add(rec.step)
+        rec.take_new_stacks()
+        rec.rows = []
+        rec.construct = {}
+        rec.summarizer.reset()
+
+    def load(self):
+        """The dump written so far, as a :class:`msprobe_nb.Dump`."""
+        from msprobe_nb.store.dump import load
+        if self.dump_dir is None:
+            raise RuntimeError("nothing has been written yet: record a step first")
+        return load(self.dump_dir)
+
+
+@contextmanager
+def record(config: Any = None, *, model: Any = None, **overrides: Any) -> Iterator[Debugger]:
+    """Record everything inside the ``with`` block; the dump is written and closed on exit."""
+    dbg = Debugger(config, model=model, **overrides)
+    dbg.start()
+    try:
+        yield dbg
+    finally:
+        dbg.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    for dbg in list(_LIVE):
+        try:
+            dbg.close()
+        except Exception as exc:  # at exit: report, never raise
+            warnings.warn(f"msprobe_nb: could not close {dbg!r}: {exc}", RuntimeWarning, stacklevel=2)

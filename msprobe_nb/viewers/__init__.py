@@ -1,0 +1,1 @@
+"""Widget viewers over the DataFrame API."""
