@@ -30,7 +30,7 @@ class ApiMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         rec = self.recorder
-        if not rec.active or _is_compiling():
+        if not rec.active or rec.busy or _is_compiling():
             return func(*args, **kwargs)
         frame = sys._getframe(1)
         try:
@@ -42,7 +42,7 @@ class ApiMode(TorchFunctionMode):
             return func(*args, **kwargs)
         family, op = resolved
         policy = self.randomness
-        with rec.lock:
+        with rec.working():
             try:
                 c = rec.open_api(family, op, frame)
                 run = func
@@ -55,7 +55,7 @@ class ApiMode(TorchFunctionMode):
                 rec.note_error(f"inputs of {family}.{op}", exc)
                 return func(*args, **kwargs)
         out = run(*args, **kwargs)
-        with rec.lock:
+        with rec.working():
             try:
                 rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
                              set_producer=True)

@@ -30,10 +30,10 @@ class AtenMode(TorchDispatchMode):
         kwargs = kwargs or {}
         rec = self.recorder
         op = func._opname
-        if not rec.active or op in _SKIP or _is_compiling():
+        if not rec.active or rec.busy or op in _SKIP or _is_compiling():
             return func(*args, **kwargs)
         direction = "backward" if _graph_task_id() != -1 else "forward"
-        with rec.lock:
+        with rec.working():
             try:
                 counter = rec.next_counter(f"Aten.{op}.{direction}")
                 name = f"Aten.{op}.{counter}.{direction}"
@@ -49,7 +49,7 @@ class AtenMode(TorchDispatchMode):
                 rec.note_error(f"inputs of aten.{op}", exc)
                 return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        with rec.lock:
+        with rec.working():
             try:
                 rec.add_rows(c, direction, "output", out if isinstance(out, (tuple, list)) else [out],
                              set_producer=True)

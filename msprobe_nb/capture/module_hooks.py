@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.optim.optimizer as _optimizer
 from torch.nn.modules import module as _module
 
 from msprobe_nb.capture.recorder import Call, Recorder
@@ -30,8 +31,8 @@ class ModuleHooks:
         self._handles = [
             _module.register_module_forward_pre_hook(self._pre),
             _module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
-            torch.optim.optimizer.register_optimizer_step_pre_hook(self._optim_pre),
-            torch.optim.optimizer.register_optimizer_step_post_hook(self._optim_post),
+            _optimizer.register_optimizer_step_pre_hook(self._optim_pre),
+            _optimizer.register_optimizer_step_post_hook(self._optim_post),
         ]
 
     def remove(self) -> None:
@@ -44,7 +45,7 @@ class ModuleHooks:
         rec = self.recorder
         if not rec.active or _is_compiling():
             return None
-        with rec.lock:
+        with rec.working():
             try:
                 path = rec.module_path(module)
                 if path is None:  # a root model: not recorded, like msprobe, but it parents nothing either
@@ -62,7 +63,7 @@ class ModuleHooks:
         rec = self.recorder
         if not rec.module_stack or _is_compiling():
             return None
-        with rec.lock:
+        with rec.working():
             try:
                 # pop up to this module's entry (a raising submodule may have left its own behind)
                 while rec.module_stack:

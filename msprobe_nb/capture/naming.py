@@ -53,6 +53,9 @@ IGNORED_TENSOR_METHODS = frozenset({
     "_version", "is_inference", "is_set_to", "__class__", "__sizeof__", "cpu_rng_state",
 })
 
+# torch.ops namespaces that are bookkeeping (profiler ranges, ...), not computations
+_SKIP_OP_NAMESPACES = frozenset({"profiler"})
+
 _PREFIXES = (
     ("torch.nn.functional.", "Functional"),
     ("torch.Tensor.", "Tensor"),
@@ -70,8 +73,11 @@ _PREFIXES = (
 def _resolve(func) -> tuple[str, str] | None:
     """(family, op) for a function the mode reported, or None when it is not recorded."""
     if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        ns = func.namespace
-        op = func._opname if isinstance(func, torch._ops.OpOverload) else func._qualified_op_name.split("::")[-1]
+        qualified = (func._qualified_op_name if isinstance(func, torch._ops.OpOverloadPacket)
+                     else func._schema.name)
+        ns, _, op = qualified.partition("::")
+        if ns in _SKIP_OP_NAMESPACES:
+            return None
         if ns == "aten":
             return "Aten", op
         if ns in ("npu", "_C_ascend", "npu_graph"):
@@ -87,6 +93,8 @@ def _resolve(func) -> tuple[str, str] | None:
             op = name[len(prefix):]
             if family == "Tensor" and op in IGNORED_TENSOR_METHODS:
                 return None
+            if family == "Torch" and op.startswith("_C."):
+                return None  # grad-mode switches and other interpreter state, not computations
             if family == "Torch" and op in ("is_tensor", "is_storage", "is_grad_enabled", "get_default_dtype",
                                             "is_floating_point", "is_complex", "numel", "result_type",
                                             "can_cast", "promote_types", "is_nonzero"):

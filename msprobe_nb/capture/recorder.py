@@ -13,6 +13,7 @@ import sys
 import threading
 import warnings
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ class Recorder:
         self.rank = rank
         self.step = 0
         self.active = False
+        self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
         self.lock = threading.RLock()
         hashes = cfg.summary_mode in ("md5", "crc32", "xor") or cfg.task == "md5"
         self.summarizer = Summarizer(stats=cfg.summary_mode != "xor", hashes=hashes,
@@ -83,6 +85,16 @@ class Recorder:
         self.scope_on = not cfg.scope
         self.errors: list[str] = []
         self.reset_step()
+
+    @contextmanager
+    def working(self):
+        """Hold the lock and mark the kit busy, so its own torch calls are not recorded."""
+        with self.lock:
+            self.busy += 1
+            try:
+                yield
+            finally:
+                self.busy -= 1
 
     # ------------------------------------------------------------------ step state
     def reset_step(self) -> None:
@@ -195,7 +207,7 @@ class Recorder:
             return
         rows = self.rows
         summarize = self.summarizer.summarize
-        base = f"{c.call}.{io}"
+        base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
         for path, leaf in walk(value, prefix):
             name = f"{base}.{path}" if path else base
             if isinstance(leaf, torch.Tensor):
@@ -250,7 +262,7 @@ class Recorder:
         def hook(grad_inputs, grad_outputs):
             if not recorder.active:
                 return
-            with recorder.lock:
+            with recorder.working():
                 b = Call(bname, c.family, c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
                          stack_id=c.stack_id, index=recorder._take_index())
                 if parent:
@@ -277,14 +289,14 @@ class Recorder:
 
         def on_outputs(grads):
             if recorder.active:
-                with recorder.lock:
+                with recorder.working():
                     b.index = recorder._take_index()
                     recorder.construct[bname] = parent or None
                     recorder.add_rows(b, "backward", "input", list(grads))
 
         def on_inputs(grads):
             if recorder.active:
-                with recorder.lock:
+                with recorder.working():
                     if b.index < 0:
                         b.index = recorder._take_index()
                     recorder.add_rows(b, "backward", "output", list(grads))
@@ -311,12 +323,15 @@ class Recorder:
         def hook(p):
             if not recorder.active or p.grad is None:
                 return
-            with recorder.lock:
+            with recorder.working():
                 key = f"{path}.{cls}.{pname}"
                 k = recorder.grad_counters.get(key, 0)
                 recorder.grad_counters[key] = k + 1
                 name = f"Module.{path}.{cls}.parameters_grad.{k}"
-                c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=recorder._take_index())
+                index = recorder.grad_counters.get(name)  # one call per module and firing: params share it
+                if index is None:
+                    index = recorder.grad_counters[name] = recorder._take_index()
+                c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=index)
                 c.dump = recorder.selected(name, "Module", cls)
                 recorder.add_rows(c, "parameters_grad", "parameters_grad", {pname: p.grad})
 
