@@ -1,0 +1,466 @@
+"""What to record: the dump configuration, read from msprobe-style config.json files, dicts or keywords.
+
+``load_config`` accepts real msprobe config files (HEAD, legacy and the 2024 layout with ``seed``),
+flattens the chosen task's sub-dict, coerces command-line strings and reports mistakes with the key,
+where it was, what is allowed and a close match. msprobe keys the kit does not need are kept in
+``DumpConfig.extra`` and, when ignoring them changes what gets recorded, warned about. Every key is
+documented in ``docs/config.md``.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import difflib
+import json
+import numbers
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SEED_MAX", "ConfigError", "ConfigWarning", "DumpConfig", "load_config"]
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeder takes 0..2**32-1; torch and random accept that range too
+
+TASKS = ("statistics", "tensor", "md5", "structure")
+LEVELS = ("L0", "L1", "mix", "L2")
+DATA_MODES = ("all", "forward", "backward", "input", "output")
+SUMMARY_MODES = ("statistics", "md5", "xor", "crc32")
+ON_EXISTS = ("new", "error", "overwrite")
+FRAMEWORKS = ("pytorch",)
+
+#: msprobe tasks the kit does not implement: their sub-dicts load (kept in ``extra``), the task name does not.
+FOREIGN_TASKS = {
+    "acc_check": "msprobe's API pre-check, which replays dumped APIs",
+    "run_ut": "legacy name of msprobe's API pre-check",
+    "diff_check": "msprobe real-time diff; compare two kit dumps instead",
+    "nan_check": "NPU-only custom ops; the kit counts NaN/inf in every statistics row",
+    "overflow_check": "legacy overflow dump; the kit counts NaN/inf in every statistics row",
+    "exception_dump": "MindSpore only",
+    "free_benchmark": "legacy perturbation check, removed from msprobe",
+    "grad_probe": "legacy gradient monitor",
+}
+
+#: keys of a task sub-dict that the kit uses (flattened into DumpConfig fields)
+TASK_KEYS = ("scope", "list", "data_mode", "summary_mode", "tensor_list")
+
+#: msprobe task sub-dict keys the kit accepts and ignores -> why
+IGNORED_TASK_KEYS = {
+    "bench_path": "real-time MD5 diff against a previous dump is not implemented; compare two dumps instead",
+    "diff_nums": "real-time MD5 diff is not implemented",
+    "slice": "tensors are never sliced: statistics cover the whole tensor",
+    "request_id": "vLLM per-request slicing is not implemented",
+    "file_format": "MindSpore static-graph option",
+    "backward_input": "legacy (2024) tensor option",
+    "overflow_nums": "legacy overflow_check option",
+    "check_mode": "MindSpore overflow option",
+    "white_list": "acc_check option",
+    "black_list": "acc_check option",
+    "error_data_path": "acc_check option",
+}
+#: of those, the ones whose non-empty value would change what msprobe records: warned about
+_WARN_TASK_KEYS = ("bench_path", "diff_nums", "slice", "request_id", "backward_input")
+
+#: msprobe top-level keys the kit accepts and ignores -> why
+IGNORED_TOP_KEYS = {
+    "dump_enable": "hot reload of config.json is not implemented: the config is read once",
+    "extra_info": "msprobe's switch for stack.json/construct.json; the kit maps it onto `stack`",
+    "precision": "statistics precision is fixed by the kit's capture layer",
+    "risk_level": "the kit never drops APIs; narrow the dump with scope/list instead",
+    "custom_op_namespaces": "kept for the capture layer (torch.ops namespaces to wrap)",
+    "enable_dataloader": "legacy DataLoader auto start/stop is not implemented",
+    "acl_config": "NPU ACL kernel-dump config; the kit's L2 is aten ops, not NPU kernels",
+}
+
+
+class ConfigError(ValueError):
+    """A config key or value that cannot be used; ``key`` names the offending key when there is one."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+class ConfigWarning(UserWarning):
+    """An accepted msprobe key the kit ignores in a way that changes what gets recorded."""
+
+
+# --------------------------------------------------------------------------- value coercion
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off", ""}
+_MAX_IDS = 1_000_000  # guard against typos like "0-1000000000"
+
+
+def _bad(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{key}: invalid value {value!r}; allowed: {allowed}", key)
+
+
+def _as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise _bad(key, value, "true or false (strings true/false/1/0/yes/no/on/off accepted)")
+
+
+def _as_choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if isinstance(value, str):
+        by_lower = {c.lower(): c for c in choices}
+        hit = by_lower.get(value.strip().lower())
+        if hit is not None:
+            return hit
+    raise _bad(key, value, " | ".join(choices))
+
+
+def _as_seed(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("none", "null", "off", ""):
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise _bad(key, value, f"an int in 0..{SEED_MAX}, or none") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= SEED_MAX:
+        raise _bad(key, value, f"an int in 0..{SEED_MAX}, or none")
+    return int(value)
+
+
+def _split_text(value: str) -> list[Any]:
+    """'0,1' / '[0, "2-4"]' / 'relu' -> list of items (command-line and magic strings)."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError:
+            items = text.strip("[]").split(",")
+        return [i.strip().strip("'\"") if isinstance(i, str) else i for i in items]
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _as_ids(key: str, value: Any) -> list[int]:
+    """rank/step: int, "3", "4-6", "0,2-4", or a list mixing ints and "a-b" ranges -> sorted unique ints."""
+    allowed = 'a list of ints >= 0 and "a-b" ranges, e.g. [0, "2-4"], "3", "0,1" ([] = all)'
+    if value is None:
+        return []
+    items = _split_text(value) if isinstance(value, str) else value
+    if isinstance(items, numbers.Integral) and not isinstance(items, bool):
+        items = [items]
+    if not isinstance(items, (list, tuple, set, frozenset, range)):
+        raise _bad(key, value, allowed)
+    out: set[int] = set()
+    for item in items:
+        if isinstance(item, str):
+            text = item.strip()
+            lo, sep, hi = text.partition("-")
+            try:
+                a, b = (int(lo), int(hi)) if sep else (int(text), int(text))
+            except ValueError:
+                raise _bad(key, value, allowed) from None
+            if a < 0 or b < a:
+                raise _bad(key, value, allowed + f" (range {text!r} is empty or negative)")
+            if b - a >= _MAX_IDS:
+                raise _bad(key, value, allowed + f" (range {text!r} is too long)")
+            out.update(range(a, b + 1))
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool) and item >= 0:
+            out.add(int(item))
+        else:
+            raise _bad(key, value, allowed)
+    return sorted(out)
+
+
+def _as_strs(key: str, value: Any) -> list[str]:
+    allowed = 'a list of strings, or a comma-separated string ("a,b")'
+    if value is None:
+        return []
+    items = _split_text(value) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+        raise _bad(key, value, allowed)
+    return list(items)
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+# --------------------------------------------------------------------------- the config
+@dataclass
+class DumpConfig:
+    """Everything that decides what a dump records. Construction coerces and validates every field."""
+
+    task: str = "statistics"
+    dump_path: str = "./msprobe_dump"
+    rank: builtins.list[int] = field(default_factory=builtins.list)
+    step: builtins.list[int] = field(default_factory=builtins.list)
+    level: str = "L1"
+    seed: int | None = None
+    is_deterministic: bool = False
+    async_dump: bool = False
+    scope: builtins.list[str] = field(default_factory=builtins.list)
+    list: builtins.list[str] = field(default_factory=builtins.list)
+    data_mode: builtins.list[str] = field(default_factory=lambda: ["all"])
+    summary_mode: str = "statistics"
+    tensor_list: builtins.list[str] = field(default_factory=builtins.list)
+    dropout_off: bool = False
+    host_random: bool = False
+    on_exists: str = "new"
+    stack: bool = True
+    framework: str = "pytorch"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.task = _as_choice("task", self.task, TASKS)
+        if isinstance(self.dump_path, os.PathLike):
+            self.dump_path = os.fspath(self.dump_path)
+        if not isinstance(self.dump_path, str) or not self.dump_path.strip() or "\0" in self.dump_path:
+            raise _bad("dump_path", self.dump_path, "a non-empty path (any characters except NUL)")
+        self.rank = _as_ids("rank", self.rank)
+        self.step = _as_ids("step", self.step)
+        self.level = _as_choice("level", self.level, LEVELS)
+        self.seed = _as_seed("seed", self.seed)
+        for key in ("is_deterministic", "async_dump", "dropout_off", "host_random", "stack"):
+            setattr(self, key, _as_bool(key, getattr(self, key)))
+        self.scope = _as_strs("scope", self.scope)
+        if len(self.scope) not in (0, 2):
+            raise _bad("scope", self.scope, "[] or exactly 2 names [start, end]")
+        self.list = _as_strs("list", self.list)
+        self.tensor_list = _as_strs("tensor_list", self.tensor_list)
+        self.data_mode = self._check_data_mode(_as_strs("data_mode", self.data_mode) or ["all"])
+        self.summary_mode = _as_choice("summary_mode", self.summary_mode, SUMMARY_MODES)
+        if self.task == "md5":  # kit alias: statistics with CRC-32 hashes
+            if self.summary_mode not in ("statistics", "md5"):
+                raise ConfigError(f"task: 'md5' means summary_mode 'md5' but summary_mode is "
+                                  f"{self.summary_mode!r}; use task 'statistics' with that summary_mode", "task")
+            self.task, self.summary_mode = "statistics", "md5"
+        self.on_exists = _as_choice("on_exists", self.on_exists, ON_EXISTS)
+        self.framework = _as_choice("framework", self.framework, FRAMEWORKS)
+        if not isinstance(self.extra, Mapping):
+            raise _bad("extra", self.extra, "a dict")
+        self.extra = dict(self.extra)
+
+    @staticmethod
+    def _check_data_mode(modes: list[str]) -> list[str]:
+        allowed = '["all"] or a combination of "forward", "backward", "input", "output"'
+        clean: list[str] = []
+        for m in modes:
+            if m.strip().lower() not in DATA_MODES:
+                raise _bad("data_mode", modes, allowed)
+            c = m.strip().lower()
+            if c not in clean:
+                clean.append(c)
+        if "all" in clean and len(clean) > 1:
+            raise ConfigError(f"data_mode: 'all' must be alone, got {modes!r}; allowed: {allowed}", "data_mode")
+        return clean
+
+    # ------------------------------------------------------------------ views
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field (stored in a dump's metadata; ``load_config`` reads it back)."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    def describe(self) -> str:
+        """One-line human summary, e.g. ``statistics L1, steps 0-1, all ranks, seed 1234 -> ./dump``."""
+        what = self.task
+        if self.task != "structure" and self.summary_mode != "statistics":
+            what += f" ({self.summary_mode})"
+        parts = [f"{what} {self.level}",
+                 f"steps {_ranges(self.step)}" if self.step else "all steps",
+                 f"ranks {_ranges(self.rank)}" if self.rank else "all ranks"]
+        if self.scope:
+            parts.append(f"scope {self.scope[0]}..{self.scope[1]}")
+        if self.list:
+            parts.append(f"list {', '.join(self.list)}" if len(self.list) <= 3 else f"list of {len(self.list)}")
+        if self.data_mode != ["all"]:
+            parts.append("data " + "+".join(self.data_mode))
+        if self.tensor_list and self.task == "statistics":
+            parts.append(f"tensors for {len(self.tensor_list)} names")
+        parts.append(f"seed {self.seed}" if self.seed is not None else "no seed")
+        flags = [name for name, on in (("deterministic", self.is_deterministic), ("dropout off", self.dropout_off),
+                                       ("host random", self.host_random), ("async", self.async_dump),
+                                       ("no stack", not self.stack)) if on]
+        parts += flags
+        return ", ".join(parts) + f" -> {self.dump_path}"
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(DumpConfig) if f.name != "extra")
+_KW_KEYS = _FIELDS + tuple(IGNORED_TOP_KEYS)          # allowed keyword overrides
+_TOP_KEYS = _KW_KEYS + ("extra",)                      # allowed plain top-level keys (besides sub-dicts)
+_SUB_KEYS = TASK_KEYS + tuple(IGNORED_TASK_KEYS)       # allowed keys inside a kit task sub-dict
+_KIT_SUBDICTS = ("statistics", "tensor", "structure", "md5")
+_ALL_TOP = _TOP_KEYS + _KIT_SUBDICTS + tuple(FOREIGN_TASKS)
+
+
+# --------------------------------------------------------------------------- loading
+def _unknown(key: str, where: str, allowed: tuple[str, ...], elsewhere: Mapping[str, str]) -> ConfigError:
+    msg = f"{where}: unknown key {key!r}."
+    if key in elsewhere:
+        msg += f" {key!r} belongs {elsewhere[key]}."
+    else:
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        if close:
+            msg += f" Did you mean {close[0]!r}?"
+    return ConfigError(msg + f" Allowed keys: {', '.join(sorted(allowed))}", key)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {str(path)!r} {what}")
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                warnings.warn(f"{path}: key {k!r} appears twice; the last value wins", ConfigWarning, stacklevel=2)
+            out[k] = v
+        return out
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text: {e}") from None
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r}: invalid JSON at line {e.lineno}, column {e.colno}: "
+                          f"{e.msg}") from None
+
+
+def _warn_ignored(given: Mapping[str, Any], sub_ignored: Mapping[str, Any], sub_name: str) -> None:
+    """Warn about ignored msprobe keys whose value would have changed what msprobe records."""
+    risk = given.get("risk_level")
+    if risk is not None and str(risk).upper() != "ALL":
+        warnings.warn(f"risk_level={risk!r} ignored: the kit records every API (msprobe would have silently "
+                      "dropped the ones it rates low-risk); use scope/list to narrow the dump",
+                      ConfigWarning, stacklevel=3)
+    for key in ("enable_dataloader", "dump_enable"):
+        if given.get(key) not in (None, False, "false", "False"):
+            warnings.warn(f"{key}={given[key]!r} ignored: {IGNORED_TOP_KEYS[key]}", ConfigWarning, stacklevel=3)
+    for key in _WARN_TASK_KEYS:
+        if sub_ignored.get(key) not in (None, "", [], {}, -1):
+            warnings.warn(f"{key}={sub_ignored[key]!r} in the {sub_name!r} sub-dict ignored: "
+                          f"{IGNORED_TASK_KEYS[key]}", ConfigWarning, stacklevel=3)
+
+
+def _raw_from(config: Any) -> tuple[dict[str, Any], str]:
+    if config is None:
+        return {}, "config"
+    if isinstance(config, DumpConfig):
+        return config.to_dict(), "DumpConfig"
+    if isinstance(config, Mapping):
+        return dict(config), "config dict"
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config).expanduser()
+        raw = _read_json(path)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a JSON object {{...}}, got {type(raw).__name__}")
+        return raw, str(path)
+    raise ConfigError(f"config: expected a path, a dict, a DumpConfig or None, got {type(config).__name__}")
+
+
+def load_config(config: str | os.PathLike | Mapping[str, Any] | DumpConfig | None = None,
+                **overrides: Any) -> DumpConfig:
+    """Build a DumpConfig from an msprobe-style config.json path, a dict, a DumpConfig or defaults.
+
+    Keyword overrides (snake_case; strings from a command line are coerced) win over the file. A keyword
+    set to None counts as not given; pass ``seed="none"`` to switch off a seed set in the file.
+    """
+    raw, src = _raw_from(config)
+    top_where = f"{src} (top level)"
+
+    kw: dict[str, Any] = {}
+    for key, value in overrides.items():
+        key = key.replace("-", "_")
+        if key not in _KW_KEYS:
+            raise _unknown(key, "keyword argument", _KW_KEYS, {})
+        if value is not None:
+            kw[key] = value
+    for key in raw:
+        if key not in _ALL_TOP:
+            raise _unknown(key, top_where, _ALL_TOP,
+                           {k: 'in a task sub-dict ("statistics": {...})' for k in IGNORED_TASK_KEYS})
+
+    task = kw.get("task", raw.get("task", "statistics"))
+    if isinstance(task, str) and task.strip().lower() in FOREIGN_TASKS:
+        t = task.strip().lower()
+        where = "keyword argument" if "task" in kw else top_where
+        raise ConfigError(f"{where}: task: msprobe task {t!r} is not a kit dump task ({FOREIGN_TASKS[t]}); "
+                          f"allowed: {' | '.join(TASKS)}", "task")
+    try:
+        task = _as_choice("task", task, TASKS)
+    except ConfigError as e:
+        raise ConfigError(f"{'keyword argument' if 'task' in kw else top_where}: {e}", "task") from None
+    active = "statistics" if task == "md5" and "md5" not in raw else task
+
+    values: dict[str, Any] = {}      # DumpConfig field -> value
+    sources: dict[str, str] = {}     # DumpConfig field -> where it came from (for error messages)
+    if not isinstance(raw.get("extra") or {}, Mapping):
+        raise ConfigError(f"{top_where}: extra: invalid value {raw['extra']!r}; allowed: a dict", "extra")
+    extra: dict[str, Any] = dict(raw.get("extra") or {})
+    given: dict[str, Any] = {}       # ignored top-level keys given in this call (warned about)
+    sub_ignored: dict[str, Any] = {}
+
+    for name in _KIT_SUBDICTS + tuple(FOREIGN_TASKS):
+        if name not in raw:
+            continue
+        sub, where = raw[name], f"{src} ({name!r} sub-dict)"
+        if name in FOREIGN_TASKS:
+            extra[name] = sub
+            continue
+        if not isinstance(sub, Mapping):
+            raise ConfigError(f"{where}: expected an object {{...}} of task options, got {sub!r}", name)
+        for key in sub:
+            if key not in _SUB_KEYS:
+                raise _unknown(key, where, _SUB_KEYS, {k: "at the top level" for k in _KW_KEYS if k not in TASK_KEYS})
+        if name != active:
+            extra[name] = dict(sub)
+            continue
+        for key, value in sub.items():
+            if key in TASK_KEYS:
+                values[key], sources[key] = value, where
+            else:
+                sub_ignored[key] = value
+        if sub_ignored:
+            extra[name] = dict(sub_ignored)
+
+    for key, value in raw.items():
+        if key in _KIT_SUBDICTS or key in FOREIGN_TASKS or key == "extra":
+            continue
+        if key in IGNORED_TOP_KEYS:
+            extra[key] = given[key] = value
+            sources[key] = top_where
+        elif key in values and values[key] != value:
+            raise ConfigError(f"{src}: {key!r} is {value!r} at the top level but {values[key]!r} in the "
+                              f"{active!r} sub-dict; keep one", key)
+        else:
+            values[key], sources[key] = value, top_where
+    for key, value in kw.items():
+        if key in IGNORED_TOP_KEYS:
+            extra[key] = given[key] = value
+            sources[key] = "keyword argument"
+        else:
+            values[key], sources[key] = value, "keyword argument"
+
+    if "extra_info" in given and "stack" not in values:  # msprobe's switch for stack.json + construct.json
+        values["stack"], sources["stack"] = given["extra_info"], sources["extra_info"] + " (extra_info)"
+    _warn_ignored(given, sub_ignored, active)
+
+    try:
+        return DumpConfig(**values, extra=extra)
+    except ConfigError as e:
+        where = sources.get(e.key or "")
+        if where:
+            raise ConfigError(f"{where}: {e}", e.key) from None
+        raise
