@@ -282,7 +282,7 @@ def test_md5_and_tensor_tasks(tmp_path):
         torch.relu(x)
     calls = read_hdf5(tmp_path / "h").calls
     import zlib
-    assert calls.hash.iloc[0] == "%08x" % zlib.crc32(x.numpy().tobytes())
+    assert calls.hash.iloc[0] == f"{zlib.crc32(x.numpy().tobytes()):08x}"
     with msprobe_nb.record(dump_path=tmp_path / "t", task="tensor"):
         y = torch.relu(x - 2)
         y.add_(1)

@@ -1,0 +1,161 @@
+"""Jupyter magics: ``%msprobe_start``, ``%msprobe_stop``, ``%msprobe_step`` and the ``%%msprobe`` cell magic.
+
+They are thin shells over :class:`msprobe_nb.Debugger`: options map one to one onto config keys
+(``--level mix`` is ``level="mix"``), ``--config`` reads an msprobe config.json, and the options win
+over the file. The debugger being used is available as ``msprobe_nb.magics.current()``, and
+``%msprobe_stop`` leaves the dump in the variable named by ``--as`` (default ``msprobe_dump``).
+"""
+from __future__ import annotations
+
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from msprobe_nb.config import ConfigError
+from msprobe_nb.debugger import Debugger
+
+_STATE: dict = {"debugger": None}
+
+
+def current() -> Debugger | None:
+    """The debugger the magics started, if any."""
+    return _STATE["debugger"]
+
+
+def _options(func):
+    """The recording options shared by ``%msprobe_start`` and ``%%msprobe``."""
+    opts = [
+        argument("--config", "-c", help="msprobe-style config.json; the options below override it"),
+        argument("--dump-path", "-o", help="where the dump goes (spaces and non-ASCII are fine)"),
+        argument("--level", "-l", help="L0 (modules), L1 (APIs), mix (both), L2 (aten ops)"),
+        argument("--task", "-t", help="statistics | tensor | md5"),
+        argument("--step", help="steps to record: 0,1 or 0-3"),
+        argument("--rank", help="ranks to record: 0,1 or 0-3"),
+        argument("--scope", help="two call names: first,last"),
+        argument("--list", help="call names or substrings to record, comma separated"),
+        argument("--data-mode", help="all | forward,backward,input,output"),
+        argument("--summary-mode", help="statistics | md5 | xor"),
+        argument("--seed", help="apply seed_all(seed) when recording starts"),
+        argument("--deterministic", action="store_true", default=None, help="deterministic algorithms"),
+        argument("--dropout-off", action="store_true", default=None, help="every dropout drops nothing"),
+        argument("--host-random", action="store_true", default=None,
+                 help="draw random numbers on the host and move them to the device"),
+        argument("--on-exists", help="new (default) | error | overwrite, when dump-path holds a dump"),
+        argument("--model", "-m", help="name of the model variable (gives modules their msprobe names)"),
+        argument("--no-stack", action="store_true", default=None, help="do not keep user stacks"),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return magic_arguments()(func)
+
+
+def _overrides(args) -> dict:
+    keys = ("dump_path", "level", "task", "step", "rank", "scope", "list", "data_mode", "summary_mode", "seed",
+            "dropout_off", "host_random", "on_exists")
+    out = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if args.deterministic:
+        out["is_deterministic"] = True
+    if args.no_stack:
+        out["stack"] = False
+    return out
+
+
+@magics_class
+class MsprobeMagics(Magics):
+    """Recording magics; see the module docstring."""
+
+    def _model(self, name):
+        if not name:
+            return None
+        try:
+            return self.shell.user_ns[name]
+        except KeyError:
+            raise UsageError(f"--model {name!r}: no such variable in the notebook") from None
+
+    def _new_debugger(self, line: str) -> Debugger:
+        try:  # shlex, so that quoted paths with spaces work as in a shell
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"cannot parse options {line!r}: {exc}") from None
+        args = self._start_parser_owner.parser.parse_args(words)
+        try:
+            dbg = Debugger(args.config, model=self._model(args.model), **_overrides(args))
+        except (ConfigError, FileNotFoundError) as exc:
+            raise UsageError(str(exc)) from None
+        return dbg
+
+    @_options
+    @line_magic
+    def msprobe_start(self, line=""):
+        """Start recording every torch API and module call until ``%msprobe_stop``."""
+        dbg = current()
+        if dbg is not None and dbg.recording:
+            raise UsageError("already recording; run %msprobe_stop first")
+        dbg = self._new_debugger(line)
+        dbg.start()
+        _STATE["debugger"] = dbg
+        print(f"msprobe_nb: recording {dbg.config.describe()}")
+
+    _start_parser_owner = msprobe_start
+
+    @magic_arguments()
+    @argument("--as", dest="var", default="msprobe_dump", help="variable that receives the loaded dump")
+    @line_magic
+    def msprobe_stop(self, line=""):
+        """Stop recording, write and close the dump, and load it into a variable."""
+        args = parse_argstring(self.msprobe_stop, line)
+        dbg = current()
+        if dbg is None:
+            raise UsageError("not recording; run %msprobe_start first")
+        dbg.close()
+        _STATE["debugger"] = None
+        if dbg.dump_dir is None:
+            print("msprobe_nb: stopped; nothing was recorded")
+            return
+        dump = dbg.load()
+        self.shell.user_ns[args.var] = dump
+        print(f"msprobe_nb: {len(dump.calls)} rows, steps {list(dump.steps)} -> {dbg.dump_dir} "
+              f"(loaded as `{args.var}`)")
+        if dbg.errors:
+            print(f"msprobe_nb: {len(dbg.errors)} recording errors (the model was unaffected): {dbg.errors[0]}")
+
+    @line_magic
+    def msprobe_step(self, line=""):
+        """End a training step (msprobe's ``debugger.step()``): write it and restart the per-step counters."""
+        dbg = current()
+        if dbg is None:
+            raise UsageError("not recording; run %msprobe_start first")
+        dbg.step()
+        print(f"msprobe_nb: step {dbg.current_step}")
+
+    @_options
+    @cell_magic
+    def msprobe(self, line="", cell=""):
+        """Record this cell only: ``%%msprobe --level mix -o runs/npu``; the dump lands in ``msprobe_dump``."""
+        if current() is not None and current().recording:
+            raise UsageError("%msprobe_start is recording; %%msprobe would nest")
+        dbg = self._new_debugger(line)
+        _STATE["debugger"] = dbg
+        dbg.start()
+        try:
+            self.shell.run_cell(cell)
+        finally:
+            self.msprobe_stop("")
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(MsprobeMagics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """Stop and close any recording; the modes and hooks go with it."""
+    dbg = current()
+    if dbg is not None:
+        dbg.close()
+        _STATE["debugger"] = None
+    for kind, names in (("line", ("msprobe_start", "msprobe_stop", "msprobe_step")), ("cell", ("msprobe",))):
+        for name in names:
+            ipython.magics_manager.magics[kind].pop(name, None)
+
