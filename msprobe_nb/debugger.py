@@ -116,8 +116,12 @@ class Debugger:
             if cfg.seed is not None:
                 from msprobe_nb.seeding import seed_all
                 self._seed_report = seed_all(cfg.seed, cfg.is_deterministic, verbose=False)
+            elif cfg.is_deterministic:  # determinism without reseeding the user's generators
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+                torch.use_deterministic_algorithms(True)
             self._recorder = Recorder(cfg, rank=_rank())
             self._random = RandomPolicy(cfg)
+            self._random.recorder = self._recorder
         rec = self._recorder
         if cfg.rank and rec.rank not in cfg.rank:
             return self  # this rank is not dumped: run untouched

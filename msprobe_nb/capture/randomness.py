@@ -5,6 +5,10 @@
   a divergence can be traced back to the draw and reseeding shows up.
 * ``dropout_off``: dropout APIs (and so ``nn.Dropout*``) run with ``p=0``, by rewriting the call's
   arguments in the function mode; no function object is replaced.
+* Python ``random`` and ``numpy.random`` module-level draws and seed calls are recorded too (families
+  ``Random`` and ``NumpyRandom``) by wrapping those module functions while recording; they are restored
+  at stop. torch's own functions are never replaced: a ``torch.manual_seed`` shows up as a changed
+  ``seed=`` in the next draw's ``rng_state``.
 * ``host_random``: draws that use a default generator are made by the kit's own CPU generator, seeded
   from the config's seed, and moved to the target device. Two machines then draw identical numbers,
   whatever their device generators do, without any change to user code. Draws with a user-supplied
@@ -12,8 +16,11 @@
 """
 from __future__ import annotations
 
+import random as _pyrandom
+import sys
 import zlib
 
+import numpy as np
 import torch
 
 #: (family, op) pairs that draw random numbers, by kind of call.
@@ -86,11 +93,50 @@ class RandomPolicy:
         self.host_generator = torch.Generator(device="cpu")
         self.host_generator.manual_seed(1234 if cfg.seed is None else cfg.seed)
 
+    recorder = None  # set by the Debugger: where Python/numpy draws are recorded
+
     def install(self) -> None:
-        """Hook point for non-torch sources (nothing to install for torch: the mode sees its draws)."""
+        """Wrap Python's and numpy's module-level random functions (torch draws need nothing: the mode sees them)."""
+        if getattr(self, "_saved", None):
+            return
+        self._saved = []
+        for module, family, names, digest in ((_pyrandom, "Random", PY_RANDOM, _python_digest),
+                                              (np.random, "NumpyRandom", NP_RANDOM, _numpy_digest)):
+            for name in names:
+                orig = module.__dict__.get(name)
+                if orig is None or not callable(orig):
+                    continue
+                self._saved.append((module, name, orig))
+                setattr(module, name, self._wrap(orig, family, name, digest))
 
     def uninstall(self) -> None:
-        """Counterpart of :meth:`install`."""
+        """Put Python's and numpy's functions back."""
+        for module, name, orig in getattr(self, "_saved", None) or []:
+            setattr(module, name, orig)
+        self._saved = []
+
+    def _wrap(self, orig, family: str, name: str, digest):
+        policy = self
+
+        def draw(*args, **kwargs):
+            rec = policy.recorder
+            if rec is None or not rec.active or rec.busy:
+                return orig(*args, **kwargs)
+            with rec.working():
+                c = rec.open_api(family, name, sys._getframe(1))
+                c.rng, c.rng_state = ("python" if family == "Random" else "numpy"), digest()
+                rec.add_rows(c, "forward", "input", [_as_tensor(a) for a in args])
+                if kwargs:
+                    rec.add_rows(c, "forward", "input", {k: _as_tensor(v) for k, v in kwargs.items()}, is_kwarg=True)
+            out = orig(*args, **kwargs)
+            with rec.working():
+                rec.add_rows(c, "forward", "output", [_as_tensor(out)], set_producer=True)
+            return out
+
+        draw.__wrapped__ = orig
+        draw.__name__ = getattr(orig, "__name__", name)
+        draw.__doc__ = getattr(orig, "__doc__", None)
+        return draw
 
     def before(self, c, func, args, kwargs):
         """Fill the call's rng columns and return (callable to run, args, kwargs)."""
@@ -112,6 +158,30 @@ class RandomPolicy:
         c.rng = f"custom ({gen.device})" if user_gen is not None else str(device)
         c.rng_state = generator_digest(gen)
         return func, args, kwargs
+
+
+PY_RANDOM = ("seed", "random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample", "gauss",
+             "normalvariate", "getrandbits", "triangular", "betavariate", "expovariate", "lognormvariate")
+NP_RANDOM = ("seed", "rand", "randn", "randint", "random", "random_sample", "choice", "shuffle", "permutation",
+             "normal", "uniform", "standard_normal", "binomial", "poisson", "beta", "exponential")
+
+
+def _python_digest() -> str:
+    return f"state={zlib.crc32(repr(_pyrandom.getstate()).encode()):08x}"
+
+
+def _numpy_digest() -> str:
+    kind, keys, pos, *_ = np.random.get_state()
+    return f"state={zlib.crc32(keys.tobytes()):08x} pos={pos}"
+
+
+def _as_tensor(x):
+    """numpy arrays as tensors (for statistics); everything else unchanged."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
+        return torch.from_numpy(np.ascontiguousarray(x))
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
 
 
 def _zero_p(op: str, args, kwargs):

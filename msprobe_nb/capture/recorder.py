@@ -72,7 +72,7 @@ class Recorder:
         self.active = False
         self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
         self.lock = threading.RLock()
-        hashes = cfg.summary_mode in ("md5", "crc32", "xor") or cfg.task == "md5"
+        hashes = cfg.summary_mode in ("md5", "crc32", "xor")
         self.summarizer = Summarizer(stats=cfg.summary_mode != "xor", hashes=hashes,
                                      keep_tensors=cfg.task == "tensor")
         self.module_stack: list[tuple[torch.nn.Module, Call]] = []
