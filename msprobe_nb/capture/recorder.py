@@ -25,6 +25,9 @@ from msprobe_nb.capture.naming import api_call_name, module_call_name
 from msprobe_nb.capture.stats import Summarizer
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the kit's recording machinery: its frames are left out of user stacks (the demo's are kept)
+_KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
+              os.path.join(_PKG_DIR, "magics.py"))
 MAX_STACK_DEPTH = 64
 
 # Order of the fields of one buffered row; stats and hashes are looked up by index at flush time.
@@ -152,7 +155,7 @@ class Recorder:
         f = frame
         while f is not None and len(key) < MAX_STACK_DEPTH:
             code = f.f_code
-            if not code.co_filename.startswith(_PKG_DIR):
+            if not code.co_filename.startswith(_KIT_FILES):
                 key.append((code, f.f_lineno))
             f = f.f_back
         key = tuple(key)
@@ -435,6 +438,6 @@ class Recorder:
 def caller_frame(depth: int = 2):
     """The first frame outside msprobe_nb, ``depth`` frames up."""
     f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    while f is not None and f.f_code.co_filename.startswith(_KIT_FILES):
         f = f.f_back
     return f
