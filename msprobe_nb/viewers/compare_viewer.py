@@ -1,0 +1,342 @@
+"""``CompareViewer(result)``: browse a comparison (verdicts, metrics, call detail, plots, randomness trace).
+
+Same plain-Python core as :class:`~msprobe_nb.viewers.dump_viewer.DumpViewer` (``state``, ``set_state``,
+``rows``, ``selected``), plus the verdict filter, the first divergence and a trace pane that shows the
+chain from the first divergence back to its random source (from ``msprobe_nb.analysis.provenance`` when
+available, or a trace passed in).
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from . import plots as P
+from .dump_viewer import Detail, _Viewer, frames_html, parse_frames
+from .table import VERDICTS, cell_styles, render_html
+
+__all__ = ["TRACE_COLUMNS", "CompareViewer", "trace_frame", "trace_html"]
+
+#: columns of a randomness trace, in display order (others are shown after them)
+TRACE_COLUMNS = ["call", "role", "kind", "rng", "file", "line", "code", "note"]
+_SOURCE = "random|rng|source|seed"
+
+_STATS_COLUMNS = ["call_index", "name", "result", "err", "norm_rel", "max_rel", "min_rel", "mean_rel", "npu_max",
+                  "bench_max", "npu_min", "bench_min", "npu_mean", "bench_mean", "npu_norm", "bench_norm",
+                  "npu_dtype", "npu_shape", "near_zero"]
+_TENSOR_COLUMNS = ["call_index", "name", "result", "err", "cosine", "max_abs_err", "max_rel_err", "one_thousandth",
+                   "five_thousandths", "rel_l2_err", "npu_norm", "bench_norm", "npu_dtype", "npu_shape"]
+_MD5_COLUMNS = ["call_index", "name", "result", "npu_hash", "bench_hash", "npu_dtype", "npu_shape", "npu_norm",
+                "bench_norm"]
+_TENSOR_METRICS = ["cosine", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths", "rel_l2_err",
+                   "rmse", "mean_abs_err"]
+_DETAIL = ["io", "arg", "kind", "match", "result", "err", "npu_dtype", "bench_dtype", "npu_shape", "bench_shape",
+           "npu_max", "bench_max", "npu_min", "bench_min", "npu_mean", "bench_mean", "npu_norm", "bench_norm",
+           "npu_value", "bench_value", "norm_rel", "cosine", "max_abs_err", "one_thousandth", "npu_hash",
+           "bench_hash", "producer"]
+
+
+# ------------------------------------------------------------------------------------------ trace
+def _as_records(items: Any) -> list[dict]:
+    out = []
+    for x in items:
+        if isinstance(x, dict):
+            out.append(dict(x))
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            out.append(dataclasses.asdict(x))
+        elif hasattr(x, "_asdict"):
+            out.append(dict(x._asdict()))
+        else:
+            out.append({k: getattr(x, k, None) for k in TRACE_COLUMNS})
+    return out
+
+
+def trace_frame(trace: Any) -> pd.DataFrame | None:
+    """A randomness trace as a DataFrame (``call, kind, file, line, code, note`` first), or None.
+
+    Accepts a DataFrame, an object with ``to_frame()`` / ``frame`` / ``table`` / ``steps`` / ``chain``, or a
+    list of dicts, dataclasses or named tuples.
+    """
+    if trace is None:
+        return None
+    if isinstance(trace, pd.DataFrame):
+        df = trace
+    elif callable(getattr(trace, "to_frame", None)):
+        df = trace.to_frame()
+    else:
+        df = None
+        for attr in ("frame", "table", "steps", "chain", "links"):
+            v = getattr(trace, attr, None)
+            if isinstance(v, pd.DataFrame):
+                df = v
+                break
+            if isinstance(v, (list, tuple)) and v:
+                df = pd.DataFrame(_as_records(v))
+                break
+        if df is None and isinstance(trace, (list, tuple)):
+            df = pd.DataFrame(_as_records(trace))
+        if df is None:
+            return None
+    df = df.reset_index(drop=True)
+    first = [c for c in TRACE_COLUMNS if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def _trace_text(trace: Any) -> str:
+    for attr in ("message", "summary"):
+        v = getattr(trace, attr, None)
+        v = v() if callable(v) else v
+        if v:
+            return str(v)
+    return ""
+
+
+def trace_html(trace: Any, message: str = "") -> str:
+    """HTML of a trace: text (``message``, else the trace's ``message``/``summary``), the chain as a table
+    (random sources highlighted, file and line of each call) and the trace's ``advice``."""
+    df = trace_frame(trace)
+    text = message or _trace_text(trace)
+    head = f"<pre style='font-size:12px;white-space:pre-wrap'>{html.escape(text)}</pre>" if text else ""
+    advice = [str(a) for a in (getattr(trace, "advice", None) or [])]
+    tail = ("<ul style='font-size:12px'>" + "".join(f"<li>fix: {html.escape(a)}</li>" for a in advice) + "</ul>"
+            if advice else "")
+    if df is None or df.empty:
+        return head + "<p>no trace</p>" + tail
+    styles = pd.DataFrame("", index=df.index, columns=df.columns)
+    src = np.zeros(len(df), dtype=bool)
+    for col in ("role", "kind"):
+        if col in df.columns:
+            src |= df[col].astype(str).str.contains(_SOURCE, case=False, regex=True).to_numpy(dtype=bool)
+    for c in df.columns:
+        styles.loc[src, c] = "background-color:#fdebd0;font-weight:bold"
+    return head + render_html(df, list(df.columns), styles) + tail
+
+
+# ------------------------------------------------------------------------------------------ viewer
+class CompareViewer(_Viewer):
+    """Browse ``compare(npu, bench)``: ``CompareViewer(result)``; ``display(viewer)`` in Jupyter.
+
+    ``npu`` / ``bench``: the dumps (default: those the result was computed from) for stacks and tensor plots.
+    ``trace``: a randomness trace (DataFrame or trace object); by default ``trace_randomness(result)`` when
+    ``msprobe_nb.analysis.provenance`` exists.
+    """
+
+    METRICS: ClassVar[list[str]] = ["err", "norm_rel", "max_rel", "min_rel", "mean_rel"]
+
+    def __init__(self, result: pd.DataFrame, *, npu: Any = None, bench: Any = None, trace: Any = None,
+                 columns: list[str] | None = None, page_size: int = 50):
+        self.result = result
+        ctx = getattr(result, "_ctx", None)
+        self.npu = npu if npu is not None else getattr(getattr(ctx, "npu", None), "dump", None)
+        self.bench = bench if bench is not None else getattr(getattr(ctx, "bench", None), "dump", None)
+        self.mode = str(getattr(result, "mode", "") or ("tensor" if "cosine" in result.columns else
+                                                         "md5" if "npu_hash" in result.columns else "statistics"))
+        self._trace_in = trace
+        self._trace_done = trace is not None
+        self._trace_msg = ""
+        self._div_done = False
+        self._div: Any = None
+        table = pd.DataFrame(result) if type(result) is not pd.DataFrame else result
+        base = {"tensor": _TENSOR_COLUMNS, "md5": _MD5_COLUMNS}.get(self.mode, _STATS_COLUMNS)
+        if "match" in table.columns and (table["match"] != "matched").any():
+            base = [*base, "match"]
+        self.COLUMNS = base
+        self.METRICS = [*type(self).METRICS, *(_TENSOR_METRICS if self.mode == "tensor" else [])]
+        super().__init__(table, thresholds=getattr(result, "thresholds", None), columns=columns,
+                         page_size=page_size)
+
+    # ------------------------------------------------------------------ divergence and trace
+    @property
+    def divergence(self) -> Any:
+        """The result's first divergence (None when every row agrees or the result cannot tell)."""
+        if not self._div_done:
+            fd = getattr(self.result, "first_divergence", None)
+            try:
+                self._div = fd() if callable(fd) else None
+            except Exception:  # noqa: BLE001 - the table is still worth showing
+                self._div = None
+            self._div_done = True
+        return self._div
+
+    def _divergence(self) -> Any:
+        return self.divergence
+
+    def _mark_call(self) -> str | None:
+        d = self.divergence
+        return getattr(d, "call", None) if d is not None else None
+
+    def goto_divergence(self) -> CompareViewer:
+        """Select the first divergence and turn to its page."""
+        d = self.divergence
+        if d is None:
+            self.messages = [*self.messages, "no divergence: every matched row agrees within tolerance"]
+            return self
+        self.goto(d.call, d.step, d.rank)
+        return self
+
+    @property
+    def trace(self) -> pd.DataFrame | None:
+        """The randomness trace as a DataFrame (None when there is none)."""
+        return trace_frame(self._trace_obj())
+
+    def _trace_obj(self) -> Any:
+        if not self._trace_done:
+            self._trace_done = True
+            try:
+                from msprobe_nb.analysis.provenance import trace_randomness
+            except ImportError:
+                self._trace_msg = "no trace: msprobe_nb.analysis.provenance is not available"
+                return None
+            try:
+                self._trace_in = trace_randomness(self.result)
+            except Exception as e:  # noqa: BLE001 - show why in the pane
+                self._trace_msg = f"no trace: trace_randomness failed ({type(e).__name__}: {e})"
+                self._trace_in = None
+        return self._trace_in
+
+    def trace_html(self) -> str:
+        """HTML of the trace pane."""
+        obj = self._trace_obj()
+        if obj is None:
+            return f"<p>{html.escape(self._trace_msg or 'no trace')}</p>"
+        d = self.divergence
+        head = f"first divergence: {d.call} (step {d.step}, rank {d.rank})\n" if d is not None else ""
+        text = _trace_text(obj)
+        return trace_html(obj, head + text if text else head.strip())
+
+    # ------------------------------------------------------------------ detail
+    def _stack(self, call: str, step: int, rank: int) -> list[str]:
+        so = getattr(self.result, "_stack_of", None)
+        if callable(so):
+            try:
+                return list(so(call, step, rank) or [])
+            except Exception:  # noqa: BLE001 - stacks are a nicety
+                pass
+        if self.npu is not None:
+            try:
+                return list(self.npu.stack(call))
+            except (KeyError, AttributeError):
+                return []
+        return []
+
+    def _build_detail(self, rows: pd.DataFrame) -> Detail:
+        r0 = rows.iloc[0]
+        call, step, rank = str(r0["call"]), int(r0["step"]), int(r0["rank"])
+        stack = self._stack(call, step, rank)
+        bench_stack: list[str] = []
+        bcall = str(r0.get("bench_call", "") or "")
+        if self.bench is not None and bcall:
+            try:
+                bench_stack = list(self.bench.stack(bcall))
+            except (KeyError, AttributeError):
+                bench_stack = []
+        reasons = []
+        for name, rs in zip(rows["name"].astype(object), rows.get("reasons", pd.Series([[]] * len(rows)))):
+            tag = str(name)[len(call) + 1:] if str(name).startswith(call) else str(name)
+            reasons += [f"{tag}: {x}" for x in (rs if isinstance(rs, (list, tuple, np.ndarray)) else [])]
+        tensor_rows: list[str] = []
+        if "npu_data_name" in rows.columns and self.npu is not None and self.bench is not None:
+            ok = ((rows["match"].astype(object) == "matched") & (rows["kind"].astype(object) == "tensor")
+                  & (rows["npu_data_name"].astype(object).fillna("") != "")
+                  & (rows["bench_data_name"].astype(object).fillna("") != "")).to_numpy(dtype=bool)
+            cand = rows.loc[ok]
+            if len(cand):  # worst row first: outputs before inputs, then by error
+                out = cand["io"].astype(object).isin(["output", "parameters_grad"]).to_numpy()
+                err = (pd.to_numeric(cand["err"], errors="coerce").fillna(-1).to_numpy(dtype=float)
+                       if "err" in cand.columns else np.zeros(len(cand)))
+                order = np.lexsort((-err, ~out))
+                tensor_rows = [str(n) for n in cand["name"].to_numpy(dtype=object)[order]]
+        cols = [c for c in _DETAIL if c in rows.columns]
+        verdict = "pass"
+        if "result" in rows.columns:
+            levels = set(rows["result"].astype(object))
+            verdict = next((v for v in reversed(VERDICTS) if v in levels), "pass")
+        frames = parse_frames(stack)
+        parent = str(r0.get("parent", "") or "")
+        d = self.divergence
+        is_div = d is not None and d.call == call and d.step == step and d.rank == rank
+        head = (f"<h4 style='margin:4px 0'>{html.escape(call)} <span style='font-size:12px'>[{verdict}]"
+                + (" · first divergence" if is_div else "") + "</span></h4>"
+                f"<p style='font-size:12px'>step {step}, rank {rank}, call #{int(r0['call_index'])}"
+                + (f", inside {html.escape(parent)}" if parent else "")
+                + (f"; bench call {html.escape(bcall)}" if bcall and bcall != call else "") + "</p>")
+        body = render_html(rows, cols, cell_styles(rows[cols], self.thresholds))
+        why = ("<ul style='font-size:12px'>" + "".join(f"<li>{html.escape(x)}</li>" for x in reasons) + "</ul>"
+               if reasons else "")
+        stk = frames_html(frames, "NPU stack")
+        if bench_stack and bench_stack != stack:
+            stk += frames_html(parse_frames(bench_stack), "bench stack")
+        return Detail(call=call, step=step, rank=rank, rows=rows, stack=stack, frames=frames,
+                      bench_stack=bench_stack, reasons=reasons, tensor_rows=tensor_rows,
+                      html=head + body + why + stk)
+
+    def _tensor_figure(self, d: Detail, name: str):
+        r = d.rows.loc[d.rows["name"].astype(object) == name].iloc[0]
+        a = self.npu.tensor(str(r["npu_data_name"]), step=int(r["step"]), rank=int(r["rank"]))
+        b = self.bench.tensor(str(r["bench_data_name"]), step=int(r["bench_step"]), rank=int(r["bench_rank"]))
+        return P.tensor_diff(a, b, name)
+
+    # ------------------------------------------------------------------ widgets
+    def _header_html(self) -> str:
+        counts = self.result.counts() if callable(getattr(self.result, "counts", None)) else None
+        parts = [f"<b>CompareViewer</b> <span style='font-size:12px'>mode {html.escape(self.mode)}"]
+        if counts:
+            parts.append(" · " + ", ".join(f"{v:,} {k}" for k, v in counts.items()))
+        parts.append("</span>")
+        for n in getattr(self.result, "notes", []) or []:
+            parts.append(f"<br><span style='font-size:12px;color:#7d6608'>note: {html.escape(str(n))}</span>")
+        d = self.divergence
+        text = str(d) if d is not None else "no divergence: every matched row agrees within tolerance"
+        parts.append(f"<pre style='font-size:12px;margin:2px 0;white-space:pre-wrap'>{html.escape(text)}</pre>")
+        return "".join(parts)
+
+    def _extra_filter_widgets(self, w: dict[str, Any]) -> list:
+        import ipywidgets as W
+
+        levels = [v for v in VERDICTS if v in self._ix.uniques("result")] if self._ix.has("result") else []
+        w["verdict"] = W.ToggleButtons(options=["all", *levels], value="all", description="verdict",
+                                       style={"button_width": "auto"})
+        matches = self._ix.uniques("match") if self._ix.has("match") else []
+        w["match"] = W.Dropdown(options=["all", *matches], value="all", description="match",
+                                layout=W.Layout(width="14em", display="" if len(matches) > 1 else "none"))
+        w["diverges"] = W.Checkbox(value=bool(self.state.diverges), description="diverging rows only",
+                                   indent=False, layout=W.Layout(width="12em"))
+        w["goto_div"] = W.Button(description="first divergence ▶", disabled=self.divergence is None,
+                                 layout=W.Layout(width="12em"))
+
+        def handler(key):
+            def h(c):
+                if not self._syncing:
+                    self.set_state(**{key: None if c["new"] in ("all", "") else c["new"]})
+            return h
+
+        w["verdict"].observe(handler("verdict"), names="value")
+        w["match"].observe(handler("match"), names="value")
+        w["diverges"].observe(lambda c: None if self._syncing else self.set_state(diverges=True if c["new"]
+                                                                                   else None), names="value")
+
+        def goto(_):
+            self.goto_divergence()
+            w["tabs"].selected_index = 1
+
+        w["goto_div"].on_click(goto)
+        return [w["verdict"], w["match"], w["diverges"], w["goto_div"]]
+
+    def _extra_state_widgets(self) -> tuple[str, ...]:
+        return ("verdict", "match")
+
+    def _sync_extra(self) -> None:
+        self._w["diverges"].value = bool(self.state.diverges)
+
+    def _extra_tabs(self, w: dict[str, Any]) -> list[tuple[str, Any]]:
+        import ipywidgets as W
+
+        w["trace"] = W.HTML("<p>open this tab to trace the first divergence to its random source</p>")
+        return [("Trace", w["trace"])]
+
+    def _on_tab(self, index: int) -> None:
+        if index == 3 and self._w is not None:
+            self._w["trace"].value = self.trace_html()

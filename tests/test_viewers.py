@@ -1,0 +1,397 @@
+"""Viewers: model layer (filter/sort/page/highlight), figures, and the viewers driven through their state.
+
+Widgets are exercised headless (ipywidgets 8 uses a DummyComm outside a kernel). Set
+MSPROBE_NB_UPDATE_GOLDEN=1 to rewrite the golden HTML under tests/golden/.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+
+import msprobe_nb
+from msprobe_nb.analysis.compare import compare
+from msprobe_nb.store.dump import load
+from msprobe_nb.store.schema import coerce_calls
+from msprobe_nb.viewers import CompareViewer, DumpViewer
+from msprobe_nb.viewers import plots as P
+from msprobe_nb.viewers.compare_viewer import trace_frame, trace_html
+from msprobe_nb.viewers.table import (
+    FLAG_CSS,
+    TableIndex,
+    cell_flags,
+    cell_styles,
+    filter_rows,
+    page_rows,
+    render_html,
+    sort_rows,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+FAMILIES = ["Functional", "Torch", "Tensor", "Module", "NPU", "Distributed", "Aten"]
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+def synthetic(n: int, seed: int = 0) -> pd.DataFrame:
+    """``n`` schema rows, 4 per call, 2 steps x 2 ranks; API calls nested in the latest module call."""
+    rng = np.random.default_rng(seed)
+    n_calls = -(-n // 4)
+    ci = np.arange(n_calls)
+    fam = np.array(FAMILIES, dtype=object)[ci % len(FAMILIES)]
+    direction = np.where((ci // 100) % 2 == 0, "forward", "backward").astype(object)
+    path = np.array([f"layers.{i // 7 % 20}" for i in ci], dtype=object)
+    calls = np.array([f"Module.{p}.Linear.{d}.{i // 140}" if f == "Module" else f"{f}.op{i % 13}.{i}.{d}"
+                      for f, d, p, i in zip(fam, direction, path, ci)], dtype=object)
+    is_mod = fam == "Module"
+    last = np.maximum.accumulate(np.where(is_mod, ci, -1))
+    parent = np.where(is_mod | (last < 0), "", calls[np.maximum(last, 0)]).astype(object)
+    r = np.repeat(ci, 4)[:n]
+    io = np.tile(np.array(["input", "input", "output", "parameters"], dtype=object), n_calls)[:n]
+    norm = np.abs(rng.normal(size=n)) * 10
+    norm[rng.random(n) < 0.01] = np.nan
+    df = pd.DataFrame({
+        "step": (r * 2 // n_calls).astype(np.int32), "rank": (r % 2).astype(np.int32), "call_index": r,
+        "call": calls[r], "family": fam[r], "module_path": np.where(is_mod, path, "")[r],
+        "direction": direction[r], "io": io, "arg": "0", "kind": "tensor", "dtype": "torch.float32",
+        "name": [f"{c}.{i}.{k}" for c, i, k in zip(calls[r], io, np.arange(n) % 4)],
+        "max": rng.normal(size=n), "min": rng.normal(size=n), "norm": norm, "parent": parent[r]})
+    return coerce_calls(df)
+
+
+@pytest.fixture(scope="module")
+def big() -> pd.DataFrame:
+    return synthetic(120_000)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.l2 = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.l2(self.act(self.l1(x)))
+
+
+_RELU = torch.relu
+
+
+def _record(path: Path, task: str, perturb: bool) -> None:
+    torch.manual_seed(0)
+    m, x = Net(), torch.randn(3, 4)
+    with msprobe_nb.record(dump_path=path, level="mix", task=task):
+        if perturb:  # the NPU run's ReLU computes 3x its result: Functional.relu diverges with agreeing inputs
+            with mock.patch.object(torch, "relu", lambda t: _RELU(t) * 3):
+                y = m(x)
+        else:
+            y = m(x)
+        y.pow(2).sum().backward()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two recorded runs per task (perturbed "npu", clean "bench") and their comparison."""
+    root = tmp_path_factory.mktemp("viewers")
+    out = {}
+    for task in ("statistics", "tensor"):
+        _record(root / task / "npu", task, True)
+        _record(root / task / "bench", task, False)
+        npu, bench = load(root / task / "npu"), load(root / task / "bench")
+        out[task] = (npu, bench, compare(npu, bench))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ filters
+def test_filters_combine(big):
+    ix = TableIndex(big)
+    got = filter_rows(big, ix, family="Functional", direction="forward", io="output", step=1, rank=[0])
+    want = big[(big["family"] == "Functional") & (big["direction"] == "forward") & (big["io"] == "output")
+               & (big["step"] == 1) & (big["rank"] == 0)]
+    assert len(want) > 100 and got.index.equals(want.index)
+    # call text (case-insensitive) + family list; regex
+    got = filter_rows(big, ix, call="OP3.", family=["Torch", "Aten"])
+    want = big[big["call"].str.contains("op3.", regex=False) & big["family"].isin(["Torch", "Aten"])]
+    assert got.index.equals(want.index) and len(want)
+    got = filter_rows(big, ix, call=r"^Tensor\.op1[0-2]\.", regex=True, io="input")
+    want = big[big["call"].str.match(r"Tensor\.op1[0-2]\.") & (big["io"] == "input")]
+    assert got.index.equals(want.index) and len(want)
+    # "all" / None / "" mean no filter
+    assert len(filter_rows(big, ix, family="all", io=None, call="")) == len(big)
+
+
+def test_invalid_regex_is_a_message(big):
+    got = filter_rows(big.head(400), call="op1.[", regex=True)
+    assert got.empty and "invalid regular expression" in got.attrs["filter_messages"][0]
+    v = DumpViewer(big.head(400)).set_state(call="(", regex=True)
+    assert v.n_rows == 0 and any("invalid regular expression" in m for m in v.messages)
+    assert "invalid regular expression" in v.status()
+    with pytest.raises(TypeError):
+        filter_rows(big.head(10), colour="red")
+
+
+def test_module_subtree(big):
+    ix = TableIndex(big)
+    mod = "Module.layers.3.Linear.forward.0"
+    got = filter_rows(big, ix, module=mod)
+    assert set(got["call"]) == {mod} | set(big.loc[big["parent"] == mod, "call"])
+    # a module path takes every call of that module (forward and backward) and what is nested in them
+    got = filter_rows(big, ix, module="layers.3", direction="backward")
+    mods = set(big.loc[(big["module_path"] == "layers.3") & (big["direction"] == "backward"), "call"])
+    assert mods and set(got["call"]) == mods | set(big.loc[big["parent"].isin(mods) & (big["direction"]
+                                                                                        == "backward"), "call"])
+    assert "no module" in filter_rows(big.head(100), module="nowhere").attrs["filter_messages"][0]
+
+
+def test_compare_table_derives_family_and_verdicts(runs):
+    r = runs["statistics"][2]
+    assert "family" not in r.columns
+    fun = filter_rows(r, family="Functional", verdict="error")
+    assert list(dict.fromkeys(fun["call"])) == ["Functional.relu.0.forward"]
+    assert set(filter_rows(r, direction="parameters_grad")["call"]) == {
+        "Module.l1.Linear.parameters_grad.0", "Module.l2.Linear.parameters_grad.0"}
+    assert set(filter_rows(r, module="act")["call"]) == {
+        "Module.act.ReLU.forward.0", "Functional.relu.0.forward", "Module.act.ReLU.backward.0",
+        "Functional.relu.0.backward"}
+
+
+# ------------------------------------------------------------------------------------------ paging / sorting
+def test_paging_and_sorting_120k(big):
+    v = DumpViewer(big, page_size=100)
+    assert v.n_rows == 120_000 and v.n_pages == 1200 and len(v.rows) == 100
+    v.set_state(sort_by="norm", ascending=False, page=3)
+    want = big.sort_values("norm", ascending=False, na_position="last").iloc[300:400]
+    assert v.rows.index.equals(want.index)
+    v.set_state(page=10**6)  # clamped to the last page; NaN norms sort last either way
+    assert v.state.page == 1199 and v.rows["norm"].isna().all()
+    v.set_state(ascending=True, page=0)
+    assert v.rows["norm"].is_monotonic_increasing
+    v.set_state(sort_by="call", family="Tensor", io="output")  # a filter resets the page
+    want = big[(big["family"] == "Tensor") & (big["io"] == "output")].sort_values("call", kind="stable")
+    assert v.state.page == 0 and v.n_rows == len(want) and v.rows.index.equals(want.index[:100])
+    v.next_page().next_page()
+    assert v.rows.index.equals(want.index[200:300])
+    v.set_state(page_size=50)  # keeps the first visible row on screen
+    assert v.state.page == 4 and v.rows.index[0] == want.index[200]
+    v.set_state(sort_by=None)
+    assert v.rows["call_index"].is_monotonic_increasing  # execution order
+    assert sort_rows(big.head(8), "max").index.equals(big.head(8).sort_values("max").index)
+    assert page_rows(big, 5, 7).index.equals(big.index[35:42])
+
+
+# ------------------------------------------------------------------------------------------ highlighting
+def _small_compare() -> pd.DataFrame:
+    return pd.DataFrame({
+        "call_index": [0, 0, 1, 1], "call": ["A.f.0.forward"] * 2 + ["B.g.0.forward"] * 2,
+        "name": ["A.f.0.forward.input.0", "A.f.0.forward.output.0", "B.g.0.forward.input.0",
+                 "B.g.0.forward.output.0"],
+        "result": ["pass", "warning", "pass", "error"], "err": [0.0, 2e-3, 1e-4, np.inf],
+        "norm_rel": [0.0, 0.5, 0.05, 0.9], "near_zero": ["", "norm", "", ""],
+        "cosine": [1.0, 0.95, 0.999, 0.2], "diverges": [False, True, False, True]})
+
+
+def test_highlighting_marks_the_right_cells():
+    t = _small_compare()
+    f = cell_flags(t)
+    assert f["err"].tolist() == [False, True, False, True]
+    assert f["norm_rel"].tolist() == [False, False, False, True]  # row 1 is near zero on the bench side
+    assert f["cosine"].tolist() == [False, False, False, True]
+    assert f["result"].tolist() == [False, True, False, True]
+    assert not f["call"].any() and not f["name"].any()
+    s = cell_styles(t)
+    assert s.loc[3, "err"] == FLAG_CSS and s.loc[3, "call"] == "background-color:#f8d7da"
+    assert s.loc[1, "name"] == "background-color:#fff3cd" and s.loc[0, "name"] == ""
+    html = render_html(t, ["name", "result", "err", "norm_rel", "cosine"], s, sort_by="err")
+    assert html.count(FLAG_CSS) == int(f[["result", "err", "norm_rel", "cosine"]].to_numpy().sum())
+    golden = GOLDEN / "compare_page.html"
+    if os.environ.get("MSPROBE_NB_UPDATE_GOLDEN") or not golden.exists():
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(html, encoding="utf-8")
+    assert html == golden.read_text(encoding="utf-8")
+
+
+def test_dump_highlights_nan_and_inf():
+    t = coerce_calls(pd.DataFrame({"call": ["A.x.0.forward"] * 2, "max": [np.inf, 1.0], "nan_count": [0, 3]}))
+    f = cell_flags(t)
+    assert f["max"].tolist() == [True, False] and f["nan_count"].tolist() == [False, True]
+
+
+# ------------------------------------------------------------------------------------------ detail
+def test_dump_viewer_detail_of_a_known_call(runs):
+    npu = runs["statistics"][0]
+    v = DumpViewer(npu)
+    v.select("Functional.linear.0.forward")
+    d = v.selected
+    assert d.call == "Functional.linear.0.forward" and (d.step, d.rank) == (0, 0)
+    assert d.inputs["name"].tolist() == [f"Functional.linear.0.forward.input.{i}" for i in range(3)]
+    assert d.outputs["name"].tolist() == ["Functional.linear.0.forward.output.0"]
+    assert d.outputs[["max", "min", "mean", "norm"]].notna().all().all()
+    user = d.frames[d.frames["user"]]
+    assert Path(__file__).name in Path(user["file"].iloc[0]).name and "self.l2(self.act(self.l1(x)))" in \
+        user["code"].iloc[0]
+    assert "Functional.linear.0.forward" in d.html and "forward" in d.html
+    assert d.tensor_rows == [] and v.detail_figure() is None  # statistics: no whole tensors
+    v.select("Nope.nothing")
+    assert v.selected is None
+
+
+def test_select_row_and_goto(runs):
+    v = DumpViewer(runs["statistics"][0], page_size=5)
+    v.select_row(7)
+    assert v.state.selected == v.table.iloc[7]["call"]
+    v.goto("Functional.relu.0.backward")
+    first = int(np.flatnonzero(v.table["call"] == "Functional.relu.0.backward")[0])
+    assert v.state.page == first // 5 and "Functional.relu.0.backward" in set(v.rows["call"])
+    with pytest.raises(IndexError):
+        v.select_row(10**6)
+
+
+def test_compare_viewer_errors_show_the_perturbed_call_first(runs):
+    npu, bench, r = runs["statistics"]
+    v = CompareViewer(r)
+    v.set_state(verdict="error")
+    assert set(v.rows["result"]) == {"error"}
+    first = v.rows["call"].iloc[0]
+    assert first == "Module.act.ReLU.forward.0" == v.divergence.call  # the module whose ReLU was perturbed
+    v.set_state(family="Functional")
+    assert v.rows["call"].iloc[0] == "Functional.relu.0.forward"
+    v.select(first)
+    d = v.selected
+    assert d.outputs["result"].tolist() == ["error"] and any("NormRelativeErr" in x for x in d.reasons)
+    assert {"npu_norm", "bench_norm"} <= set(d.rows.columns) and "first divergence" in d.html
+    assert any(d.frames["user"])
+    v.set_state(verdict=None, family=None, page_size=5).goto_divergence()
+    assert v.state.selected == "Module.act.ReLU.forward.0" and first in set(v.rows["call"])
+    assert "outline" in v.html()  # the divergence call is outlined
+
+
+def test_compare_viewer_tensor_mode_detail_plot(runs):
+    npu, bench, r = runs["tensor"]
+    v = CompareViewer(r)
+    v.select("Functional.relu.0.forward")
+    d = v.selected
+    assert d.tensor_rows[0] == "Functional.relu.0.forward.output.0"  # worst row first
+    fig = v.detail_figure()
+    assert isinstance(fig, Figure) and len(fig.axes) == 3  # histogram, heat map, colour bar
+    row = d.rows.set_index("name").loc["Functional.relu.0.forward.output.0"]
+    a, b = npu.tensor(row["npu_data_name"]), bench.tensor(row["bench_data_name"])
+    heat = fig.axes[1].images[0].get_array()
+    assert heat.shape == tuple(a.shape) and np.isclose(float(heat.max()), float((a - b).abs().max()))
+    assert sum(p.get_height() for p in fig.axes[0].patches) == a.numel()
+    with pytest.raises(KeyError):
+        v.detail_figure("Functional.relu.0.forward.input.inplace")
+    dv = DumpViewer(npu).select("Functional.relu.0.forward")
+    assert isinstance(dv.detail_figure(), Figure)
+
+
+# ------------------------------------------------------------------------------------------ plots
+def test_metric_plot_marks_the_first_divergence(runs):
+    r = runs["statistics"][2]
+    fig = P.metric_along_order(r, "err")
+    assert isinstance(fig, Figure)
+    assert P.divergence_x(fig) == r.first_divergence().call_index == 2
+    s = P.metric_series(r, "err")
+    assert s["call_index"].is_monotonic_increasing and np.isclose(s.loc[s["call_index"] == 2, "value"].item(), 2.0)
+    t = synthetic(4000)
+    fig = P.metric_along_order(t, "norm", divergence="Tensor.op2.2.forward")
+    assert P.divergence_x(fig) == 2
+    assert P.divergence_x(P.metric_along_order(t, "norm")) is None  # a calls table has no divergence
+
+
+def test_errors_summed_per_module(runs):
+    r = runs["statistics"][2]
+    m = P.module_errors(r, "err", by="module").set_index("module")
+    api = r[~r["call"].str.startswith("Module.") | r["call"].str.contains("parameters_grad")]
+    act = api[api["parent"].str.startswith("Module.act.")]
+    assert np.isclose(m.loc["act", "sum"], act["err"].sum()) and m.loc["act", "rows"] == len(act)
+    assert set(m.index) == {"l1", "act", "l2", P.TOP_LEVEL}
+    by_call = P.module_errors(r, "err", by="parent").set_index("module")
+    assert "Module.act.ReLU.forward.0" in by_call.index and "Module.l2.Linear.parameters_grad.0" in by_call.index
+    fig = P.errors_by_module(r, "err")
+    assert isinstance(fig, Figure) and len(fig.axes[0].patches) == len(m)
+    t = _small_compare().assign(parent=["Module.m.X.forward.0"] * 4)
+    assert P.module_errors(t).loc[0, "n_inf"] == 1  # inf is counted, not summed
+
+
+def test_tensor_diff_handles_shapes_and_1d():
+    fig = P.tensor_diff(torch.zeros(3), torch.zeros(4), "x")
+    assert "shapes differ" in fig.axes[0].texts[0].get_text()
+    fig = P.tensor_diff(torch.arange(10.0), torch.arange(10.0) + 0.5)
+    assert fig.axes[1].images[0].get_array().shape == (3, 4)  # 10 elements folded into a padded square
+    assert P.as_2d(np.ones((1000, 3))).shape == (250, 3)
+    assert P.figure_png(fig).startswith(b"\x89PNG")
+
+
+# ------------------------------------------------------------------------------------------ trace
+def test_trace_pane_from_a_given_trace(runs):
+    r = runs["statistics"][2]
+    trace = pd.DataFrame({"call": ["Torch.randint.0.forward", "Tensor.__getitem__.0.forward"],
+                          "kind": ["random draw", "first divergence"], "file": ["train.py", "train.py"],
+                          "line": [12, 14], "code": ["idx = torch.randint(0, 8, (4,))", "y = x[idx]"],
+                          "note": ["device generator", ""]})
+    v = CompareViewer(r, trace=trace)
+    assert v.trace[["call", "file", "line"]].equals(trace[["call", "file", "line"]])
+    html = v.trace_html()
+    assert "train.py" in html and "torch.randint" in html and html.count("#fdebd0") == 6  # source row
+    assert trace_frame([{"call": "a", "line": 1}])["call"].tolist() == ["a"]
+    assert trace_frame(None) is None and "no trace" in trace_html(None)
+
+
+def test_trace_pane_without_provenance(runs):
+    with mock.patch.dict(sys.modules, {"msprobe_nb.analysis.provenance": None}):
+        v = CompareViewer(runs["statistics"][2])
+        assert v.trace is None and "no trace" in v.trace_html()
+
+
+def test_trace_pane_with_provenance(runs):
+    pytest.importorskip("msprobe_nb.analysis.provenance")
+    v = CompareViewer(runs["statistics"][2])
+    html = v.trace_html()
+    assert "Module.act.ReLU.forward.0" in html and "first divergence" in html
+
+
+# ------------------------------------------------------------------------------------------ widgets
+def test_widgets_mirror_state(runs):
+    import ipywidgets as W
+
+    v = DumpViewer(runs["statistics"][0], page_size=10)
+    box = v.widget
+    assert isinstance(box, W.VBox) and "application/vnd.jupyter.widget-view+json" in v._repr_mimebundle_()
+    w = v._w
+    w["io"].value = "output"  # widget -> state
+    assert v.state.io == "output" and set(v.rows["io"]) == {"output"}
+    v.set_state(family="Functional")  # state -> widget
+    assert w["family"].value == "Functional" and "Functional" in w["table"].value
+    w["io"].value = "all"
+    w["next"].click()
+    assert v.state.page == 1 and w["page"].value == 2 and not w["prev"].disabled
+    pos = w["pick"].options[0][1]
+    w["pick"].value = pos  # choosing a call of the page selects it and opens the detail tab
+    assert v.state.selected == v.table.iloc[v._positions[pos]]["call"] and w["tabs"].selected_index == 1
+    assert v.state.selected in w["detail"].value
+    w["call"].value = "relu"
+    assert v.state.page == 0 and set(v.rows["call"]) <= {"Functional.relu.0.forward", "Functional.relu.0.backward"}
+    w["tabs"].selected_index = 2
+    assert bytes(w["plot_order"].value)[:4] == bytes(w["plot_module"].value)[:4] == b"\x89PNG"
+    with pytest.raises(TypeError):
+        v.set_state(colour="red")
+
+
+def test_compare_viewer_widgets(runs):
+    v = CompareViewer(runs["tensor"][2])
+    w = (v.widget, v._w)[1]
+    w["verdict"].value = "warning"
+    assert v.state.verdict == "warning" and set(v.rows["result"]) == {"warning"}
+    w["verdict"].value = "all"
+    w["goto_div"].click()
+    assert v.state.selected == v.divergence.call and bytes(w["detail_img"].value)[:4] == b"\x89PNG"
+    w["tabs"].selected_index = 3
+    assert "first divergence" in w["trace"].value or "no trace" in w["trace"].value
