@@ -1,0 +1,224 @@
+"""First divergence: the earliest call whose inputs agree and whose outputs do not.
+
+A row *diverges* when it is matched and its scale-aware relative error (column ``err``) exceeds
+``Thresholds.diverge_rtol`` (hard mismatches such as shape or NaN/inf positions count as infinite). Calls
+are scanned in execution order. If the first call with any diverging row already receives diverging inputs,
+the difference entered from outside the recorded calls (data loading, parameters, or an unrecorded
+operation) and the report says so.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .grading import INPUT_IO, OUTPUT_IO, Thresholds
+
+_FRAME = re.compile(r'File "?(?P<path>.+?)"?, line (?P<line>\d+)(?:, in (?P<func>[^,\n]+))?')
+_INTERNAL = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "msprobe_nb/capture/", "msprobe_nb/debugger.py",
+             "msprobe_nb/magics.py", "/msprobe/", "\\msprobe\\",
+             "<frozen ", "/lib/python3", "<string>")
+
+
+@dataclass
+class Divergence:
+    """Where two runs first part ways (one (step, rank) pair)."""
+
+    call: str
+    step: int
+    rank: int
+    call_index: int
+    kind: str  #: "call" (inputs agree, outputs diverge) or "inputs" (the call already receives diverging inputs)
+    message: str
+    rows: pd.DataFrame  #: the call's diverging rows with their metrics
+    frame: str | None = None  #: "file:line" of the first user frame of the call's stack
+    frame_source: str | None = None
+    stack: list[str] = field(default_factory=list)
+    chain: list[str] = field(default_factory=list)  #: downstream calls whose inputs diverge, execution order
+    chain_table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    previous_call: str | None = None
+    modules: list[str] = field(default_factory=list)  #: enclosing module calls, innermost first
+
+    @property
+    def outputs(self) -> list[tuple[str, float]]:
+        """(row name, err) of the diverging output rows."""
+        o = self.rows[self.rows["io"].isin(OUTPUT_IO)]
+        return list(zip(o["name"], o["err"].astype(float)))
+
+    @property
+    def inputs(self) -> list[tuple[str, float]]:
+        """(row name, err) of the diverging input rows."""
+        o = self.rows[self.rows["io"].isin(INPUT_IO)]
+        return list(zip(o["name"], o["err"].astype(float)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call": self.call, "step": self.step, "rank": self.rank, "call_index": self.call_index,
+                "kind": self.kind, "message": self.message, "frame": self.frame, "frame_source": self.frame_source,
+                "outputs": self.outputs, "inputs": self.inputs, "previous_call": self.previous_call,
+                "modules": list(self.modules), "chain": list(self.chain)}
+
+    def __str__(self) -> str:
+        lines = [f"first divergence: {self.call} (step {self.step}, rank {self.rank}, call #{self.call_index})",
+                 f"  {self.message}"]
+        if self.frame:
+            lines.append(f"  at {self.frame}" + (f": {self.frame_source}" if self.frame_source else ""))
+        if self.modules:
+            lines.append(f"  inside {self.modules[0]}" + (f" (+{len(self.modules) - 1} outer)" if len(self.modules) > 1
+                                                          else ""))
+        for what, items in (("output", self.outputs), ("input", self.inputs)):
+            for name, err in items[:8]:
+                lines.append(f"  {what} {name}: relative error {err:.3g}")
+        if self.chain:
+            more = f" ... (+{len(self.chain) - 5} more)" if len(self.chain) > 5 else ""
+            lines.append(f"  flows into {len(self.chain)} later call(s): {', '.join(self.chain[:5])}{more}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def user_frame(stack: list[str]) -> tuple[str | None, str | None]:
+    """("file:line", source line) of the first frame outside torch, site-packages and msprobe_nb."""
+    for fr in stack or []:
+        m = _FRAME.search(fr)
+        if not m:
+            continue
+        path = m.group("path")
+        if any(s in path for s in _INTERNAL):
+            continue
+        src = fr.split("\n", 1)[1].strip() if "\n" in fr else None
+        return f"{path}:{m.group('line')}", src
+    return None, None
+
+
+def forward_of(call: str) -> str | None:
+    """The forward call a backward call comes from (same counter), or None."""
+    if ".backward" not in call:
+        return None
+    head, _, tail = call.rpartition(".backward")
+    return f"{head}.forward{tail}"
+
+
+def find_divergences(t: pd.DataFrame, th: Thresholds, stack_of: Callable[[str, int, int], list[str]] | None = None,
+                     mode: str = "statistics") -> list[Divergence]:
+    """The first divergence of every (step, rank) pair of a compare table, in (step, rank) order."""
+    if t.empty:
+        return []
+    out = []
+    for _, g in t.groupby("pair", sort=True):
+        d = _first_in_group(g, th, stack_of, mode)
+        if d is not None:
+            out.append(d)
+    return out
+
+
+def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, mode: str) -> Divergence | None:
+    g = g[g["match"] != "bench_only"]
+    if g.empty:
+        return None
+    ci = g["call_index"].to_numpy(dtype=np.int64, na_value=-1)
+    order = np.argsort(ci, kind="stable")
+    g = g.iloc[order]
+    ci = ci[order]
+    calls = g["call"].astype(object).to_numpy()
+    io = g["io"].astype(object).to_numpy()
+    op = g["op"].astype(object).fillna("").to_numpy() if "op" in g.columns else np.full(len(g), "", dtype=object)
+    div = g["diverges"].to_numpy(dtype=bool) & ~np.isin(op, np.array(th.diverge_skip_ops, dtype=object))
+    codes, uniq = pd.factorize(calls)  # order of first appearance == execution order
+    is_in = np.isin(io, INPUT_IO)
+    is_out = np.isin(io, OUTPUT_IO)
+    ncall = len(uniq)
+    in_div = np.zeros(ncall, dtype=bool)
+    out_div = np.zeros(ncall, dtype=bool)
+    in_div[codes[div & is_in]] = True
+    out_div[codes[div & is_out]] = True
+    hit = np.flatnonzero(in_div | out_div)
+    if len(hit) == 0:
+        return None
+    c0 = int(hit[0])
+    root = str(uniq[c0])
+    rows0 = np.flatnonzero(codes == c0)
+    step, rank = int(g["step"].iat[rows0[0]]), int(g["rank"].iat[rows0[0]])
+    prev = str(uniq[c0 - 1]) if c0 > 0 else None
+    producer = g["producer"].astype(object).fillna("").to_numpy() if "producer" in g.columns else None
+
+    if not in_div[c0]:
+        kind = "call"
+        msg = "inputs agree within tolerance, outputs diverge: this call is where the runs part ways"
+    else:
+        kind = "inputs"
+        bad_in = rows0[div[rows0] & is_in[rows0]]
+        prods = sorted({p for p in (producer[bad_in] if producer is not None else []) if p})
+        if c0 == 0:
+            msg = ("the very first recorded call already receives diverging inputs: the difference comes from "
+                   "data loading / the model inputs or initial parameters (treated as the root)")
+        elif prods:
+            msg = (f"inputs diverge although {', '.join(prods)} produced them and every earlier call agrees: "
+                   "an unrecorded operation in between changed them (treated as the root)")
+        else:
+            msg = ("inputs diverge although every earlier recorded call agrees: the difference enters from "
+                   f"outside the recorded calls (data, parameters, or an unrecorded operation after {prev}); "
+                   "this call is treated as the root")
+    cols = [c for c in ("name", "io", "arg", "err", "result", "max_rel", "min_rel", "mean_rel", "norm_rel",
+                        "near_zero", "cosine", "max_abs_err", "max_rel_err", "rel_l2_err", "rmse") if c in g.columns]
+    if mode != "tensor":
+        cols = [c for c in cols if c not in ("cosine", "max_abs_err", "max_rel_err", "rel_l2_err", "rmse")]
+    rows = g.iloc[rows0[div[rows0]]][cols].reset_index(drop=True)
+
+    stack: list[str] = []
+    note = ""
+    if stack_of is not None:
+        stack = list(stack_of(root, step, rank) or [])
+        if not stack and forward_of(root):
+            stack = list(stack_of(forward_of(root), step, rank) or [])
+            note = " (stack of the forward call)"
+    frame, src = user_frame(stack)
+
+    chain_calls, chain_rows = _chain(codes, uniq, c0, div, is_in, producer, g, ci)
+    return Divergence(call=root, step=step, rank=rank, call_index=int(ci[rows0[0]]), kind=kind,
+                      message=msg + note, rows=rows, frame=frame, frame_source=src, stack=stack,
+                      chain=chain_calls, chain_table=pd.DataFrame(chain_rows), previous_call=prev,
+                      modules=_modules(g, root))
+
+
+def _modules(g: pd.DataFrame, call: str) -> list[str]:
+    """Enclosing module calls of ``call`` from the ``parent`` column, innermost first."""
+    if "parent" not in g.columns:
+        return []
+    first = g.drop_duplicates("call")
+    parent = dict(zip(first["call"].astype(object), first["parent"].astype(object).fillna("")))
+    out: list[str] = []
+    p = parent.get(call, "")
+    while p and p not in out and p != call:
+        out.append(p)
+        p = parent.get(p, "")
+    return out
+
+
+def _chain(codes: np.ndarray, uniq: np.ndarray, c0: int, div: np.ndarray, is_in: np.ndarray,
+           producer: np.ndarray | None, g: pd.DataFrame, ci: np.ndarray) -> tuple[list[str], list[dict]]:
+    """Later calls with a diverging input that comes from the root or the chain (provenance when known)."""
+    bad = div & is_in & (codes > c0)
+    idx = np.flatnonzero(bad)
+    if len(idx) == 0:
+        return [], []
+    err = g["err"].to_numpy(dtype=float, na_value=np.nan)
+    reached = {str(uniq[c0])}
+    calls: list[str] = []
+    rows: list[dict] = []
+    last = -1
+    for i in idx[np.argsort(codes[idx], kind="stable")]:
+        c = int(codes[i])
+        name = str(uniq[c])
+        p = producer[i] if producer is not None else ""
+        if c == last or not (not p or p in reached):
+            continue
+        last = c
+        reached.add(name)
+        calls.append(name)
+        rows.append({"call": name, "call_index": int(ci[i]), "via": str(g["name"].iat[i]),
+                     "producer": p, "err": float(err[i])})
+    return calls, rows

@@ -1,0 +1,201 @@
+"""``msprobe-nb`` command line: compare, info, export (a thin shell over the Python API).
+
+    msprobe-nb compare NPU BENCH [-o result.csv] [--fuzzy] [--mapping FILE] [--mode auto|statistics|tensor]
+    msprobe-nb compare -i compare.json [-o DIR]      (msprobe's legacy input file)
+    msprobe-nb info DUMP
+    msprobe-nb export DUMP -o DIR [--format msprobe]
+
+Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROG = "msprobe-nb"
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+def _parse_pairs(text: str | None, what: str) -> dict[int, int] | None:
+    """'1:0,2:0' -> {1: 0, 2: 0}."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        a, sep, b = item.partition(":")
+        try:
+            out[int(a)] = int(b)
+        except ValueError:
+            raise UsageError(f"--{what}: expected NPU:BENCH pairs like 1:0,2:0, got {item!r}") from None
+        if not sep:
+            raise UsageError(f"--{what}: expected NPU:BENCH pairs like 1:0,2:0, got {item!r}")
+    return out
+
+
+def _legacy_input(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"-i: compare input file not found: {p}")
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"-i {p}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict) or not cfg.get("npu_path") or not cfg.get("bench_path"):
+        raise UsageError(f"-i {p}: needs the keys npu_path and bench_path")
+    return cfg
+
+
+def _output_file(out: str | None) -> Path | None:
+    """-o: a .csv file, or a folder that receives compare_result_<timestamp>.csv (msprobe's naming)."""
+    if not out:
+        return None
+    p = Path(out)
+    if p.suffix.lower() == ".csv":
+        return p
+    return p / f"compare_result_{time.strftime('%Y%m%d%H%M%S')}.csv"
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from msprobe_nb.analysis.compare import compare
+    from msprobe_nb.analysis.grading import Thresholds
+
+    npu, bench, verbose = a.npu or a.target_path, a.bench or a.golden_path, not a.quiet
+    if a.input:
+        if npu or bench:
+            raise UsageError("give either NPU BENCH paths or -i compare.json, not both")
+        cfg = _legacy_input(a.input)
+        npu, bench = cfg["npu_path"], cfg["bench_path"]
+        verbose = verbose and bool(cfg.get("is_print_compare_log", True))
+        stack = cfg.get("stack_path")
+        if stack and Path(stack).resolve().parent != Path(npu).resolve().parent and verbose:
+            print(f"note: stack_path {stack} ignored: stacks are read from the NPU dump folder")
+    if not npu or not bench:
+        raise UsageError("compare needs two dumps: msprobe-nb compare NPU BENCH (or -i compare.json)")
+    th = Thresholds()
+    if a.diverge_rtol is not None:
+        th = Thresholds(diverge_rtol=a.diverge_rtol)
+    if a.msprobe_levels:
+        th = Thresholds.msprobe(diverge_rtol=th.diverge_rtol)
+    res = compare(npu, bench, mode=a.mode, fuzzy=a.fuzzy, mapping=a.mapping, thresholds=th,
+                  rank_map=_parse_pairs(a.rank_map, "rank-map"), step_map=_parse_pairs(a.step_map, "step-map"),
+                  progress=None if verbose else False)
+    out = _output_file(a.output)
+    if out is not None:
+        res.to_msprobe_csv(out, include_bench_only=not a.no_bench_only)
+    if verbose:
+        print(res.summary())
+        if out is not None:
+            print(f"wrote {out}")
+    if a.fail_on:
+        c = res.counts()
+        bad = c["error"] + (c["warning"] if a.fail_on == "warning" else 0)
+        return 1 if bad else 0
+    return 0
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from msprobe_nb.store.dump import load
+
+    d = load(a.dump)
+    print(repr(d))
+    print(f"task {d.task or '?'}, level {d.level or '?'}, steps {d.steps}, ranks {d.ranks}")
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        print(d.summary().to_string(index=False))
+        if a.calls:
+            c = d.calls.drop_duplicates(["step", "rank", "call"])
+            print(c[["step", "rank", "call_index", "call"]].head(a.calls).to_string(index=False))
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from msprobe_nb.store.dump import load
+
+    if a.format != "msprobe":
+        raise UsageError(f"unknown export format {a.format!r} (supported: msprobe)")
+    out = load(a.dump).export_msprobe(a.output, tensors=not a.no_tensors)
+    print(f"wrote {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Compare, inspect and export msprobe_nb and msprobe dumps.")
+    p.add_argument("-f", "--framework", choices=["pytorch"], help=argparse.SUPPRESS)  # msprobe's legacy flag
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", metavar="{compare,info,export}")
+
+    c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
+                       description="Compare two dumps; write msprobe's compare CSV with -o.")
+    c.add_argument("npu", nargs="?", help="NPU (target) dump: .h5 file, msprobe dump folder or dump.json")
+    c.add_argument("bench", nargs="?", help="bench (golden) dump")
+    c.add_argument("-tp", "--target_path", help=argparse.SUPPRESS)
+    c.add_argument("-gp", "--golden_path", help=argparse.SUPPRESS)
+    c.add_argument("-i", "--input", help="msprobe legacy compare.json (npu_path, bench_path, stack_path, "
+                                          "is_print_compare_log)")
+    c.add_argument("-o", "--output", help="result CSV path, or a folder for compare_result_<time>.csv")
+    c.add_argument("--mode", default="auto", choices=["auto", "statistics", "tensor", "md5"])
+    c.add_argument("--fuzzy", "-fm", "--fuzzy_match", action="store_true", help="ignore call counters")
+    c.add_argument("--mapping", "-dm", "--data_mapping", help="JSON/YAML name mapping (names:, modules:)")
+    c.add_argument("--rank-map", help="pair NPU rank with bench rank, e.g. 1:0,2:0")
+    c.add_argument("--step-map", help="pair NPU step with bench step, e.g. 5:3")
+    c.add_argument("--diverge-rtol", type=float, help="relative error above which a row diverges (1e-3)")
+    c.add_argument("--msprobe-levels", action="store_true", help="grade dtype differences as errors, like msprobe")
+    c.add_argument("--no-bench-only", action="store_true", help="leave bench-only rows out of the CSV")
+    c.add_argument("--fail-on", choices=["warning", "error"], help="exit 1 when a row is graded this or worse")
+    c.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    c.set_defaults(func=cmd_compare)
+
+    i = sub.add_parser("info", help="describe a dump")
+    i.add_argument("dump")
+    i.add_argument("--calls", type=int, default=0, metavar="N", help="also list the first N calls")
+    i.set_defaults(func=cmd_info)
+
+    e = sub.add_parser("export", help="write a dump in another format")
+    e.add_argument("dump")
+    e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("--format", default="msprobe", help="msprobe (step{N}/rank{R}/dump.json ...)")
+    e.add_argument("--no-tensors", action="store_true", help="do not copy tensor files")
+    e.set_defaults(func=cmd_export)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not getattr(a, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    from msprobe_nb.analysis.compare import CompareError
+
+    try:
+        return a.func(a)
+    except (UsageError, CompareError, FileNotFoundError, NotADirectoryError, PermissionError, KeyError,
+            ValueError) as e:
+        if a.debug:
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - last resort: one line, the traceback only with --debug
+        if a.debug:
+            raise
+        print(f"{PROG}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
