@@ -387,3 +387,44 @@ def test_dumping_twice_to_one_path_never_overwrites(tmp_path):
     first, second = read_hdf5(d1.dump_dir).calls, read_hdf5(d2.dump_dir).calls
     assert first.set_index("name").loc["Torch.relu.0.forward.output.0", "shape"] == (2,)
     assert second.set_index("name").loc["Torch.relu.0.forward.output.0", "shape"] == (3,)
+
+
+# ---------------------------------------------------------------- filters
+def _filtered(tmp_path, name, **kw):
+    torch.manual_seed(0)
+    model = InplaceNet()
+    x = torch.randn(5, 6)
+    with msprobe_nb.record(dump_path=tmp_path / name, model=model, **kw):
+        model(x).sum().backward()
+    return read_hdf5(tmp_path / name).calls
+
+
+def test_list_filter_keeps_named_calls_and_everything_inside_named_modules(tmp_path):
+    calls = set(_filtered(tmp_path, "l", level="L1", list=["relu"]).call)
+    assert calls == {"Functional.relu.0.forward", "Functional.relu.0.backward"}
+    inside = set(_filtered(tmp_path, "m", level="mix", list=["Module.fc2"]).call)
+    assert "Module.fc2.Linear.forward.0" in inside and "Functional.linear.1.forward" in inside
+    assert "Functional.linear.0.forward" not in inside and "Functional.relu.0.forward" not in inside
+
+
+def test_scope_filter_records_from_first_to_last_name(tmp_path):
+    calls = list(dict.fromkeys(_filtered(tmp_path, "s", level="L1",
+                                         scope=["Functional.relu.0.forward", "Functional.linear.1.forward"]).call))
+    assert calls[:2] == ["Functional.relu.0.forward", "Functional.linear.1.forward"]
+    assert "Functional.linear.0.forward" not in calls and "Tensor.sum.0.forward" not in calls
+
+
+def test_data_mode_filter(tmp_path):
+    fwd_in = _filtered(tmp_path, "f", level="L1", data_mode=["forward", "input"])
+    assert set(fwd_in.direction) == {"forward"} and set(fwd_in.io) == {"input"}
+    bwd = _filtered(tmp_path, "b", level="mix", data_mode=["backward"])
+    assert set(bwd.direction) <= {"backward", "parameters_grad"} and len(bwd) > 0
+
+
+def test_rank_filter_leaves_other_ranks_untouched(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "r", rank=[0])
+    dbg.start()
+    torch.relu(torch.ones(2))
+    dbg.close()
+    assert dbg.dump_dir is None  # rank 1 is not dumped: nothing written

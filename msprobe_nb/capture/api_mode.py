@@ -49,6 +49,7 @@ class ApiMode(TorchFunctionMode):
                 if policy is not None:
                     run, args, kwargs = policy.before(c, func, args, kwargs)
                 rec.add_rows(c, "forward", "input", args)
+                before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)]
                 if kwargs:
                     rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
             except Exception as exc:
@@ -59,7 +60,7 @@ class ApiMode(TorchFunctionMode):
             try:
                 rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
                              set_producer=True)
-                rec.attach_api_backward(c, out, args)
+                rec.attach_api_backward(c, out, before)
             except Exception as exc:
                 rec.note_error(f"outputs of {family}.{op}", exc)
         return out

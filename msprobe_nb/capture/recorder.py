@@ -251,12 +251,16 @@ class Recorder:
         return hit[1], hit[2]
 
     # ------------------------------------------------------------------ gradients
-    def attach_api_backward(self, c: Call, out: Any, inputs: tuple) -> None:
-        """Record the API's backward when autograd runs its node: grads of outputs in, grads of inputs out."""
+    def attach_api_backward(self, c: Call, out: Any, before: list) -> None:
+        """Record the API's backward when autograd runs its node: grads of outputs in, grads of inputs out.
+
+        ``before`` holds (input tensor, its grad_fn before the call): an output that is an input with an
+        unchanged grad_fn (``x.to(x.dtype)``, ``contiguous()``) made no node of its own and gets no backward.
+        """
         if not c.dump or not torch.is_grad_enabled():
             return
         first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
-        if first is None or (not c.op.endswith("_") and any(first is a for a in inputs)):
+        if first is None or any(first is a and first.grad_fn is fn for a, fn in before):
             return
         recorder = self
         bname = _backward_name(c.call)
