@@ -1,0 +1,576 @@
+"""Write the kit's own HDF5 dump: one append-only, crash-safe file per rank.
+
+Layout and guarantees are documented in ``docs/hdf5_schema.md``. In short: the calls table is stored
+column by column (strings interned as integer ids), whole tensors are packed into a few typed byte
+buffers, and every ``write_step`` ends by appending one row to ``/index/steps``. That row is the
+commit record: readers only trust data below the extents it names, so a kill between steps loses
+nothing and a kill inside a step loses only that step.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from collections.abc import Mapping
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION
+
+__all__ = ["DumpWriter", "resolve_dump_dir"]
+
+FORMAT_NAME = "msprobe_nb.dump"
+#: Version of the HDF5 arrangement (groups, encodings, index). The calls-table columns carry their
+#: own version, ``schema.SCHEMA_VERSION``; a reader needs both to match.
+LAYOUT_VERSION = 1
+TOOL_NAME = "msprobe_nb"
+
+RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")
+
+#: Stored in a nullable Int64 column where the value is <NA>.
+INT_NA = np.iinfo(np.int64).min
+#: Last column of every committed ``/index/steps`` row ("mspb"); a row of fill zeros is not a commit.
+COMMIT_MAGIC = 0x6D737062
+TENSOR_WIDTHS = (1, 2, 4, 8)
+
+#: Columns the writer derives itself: ``step`` from the index, ``rank`` from the file.
+DERIVED_COLUMNS = ("step", "rank")
+STORED_COLUMNS = [c for c in COLUMNS if c not in DERIVED_COLUMNS]
+
+#: schema dtype -> (on-disk numpy dtype, encoding name written as the dataset's ``encoding`` attr).
+ENCODINGS: dict[str, tuple[str, str]] = {
+    "string": ("int32", "string_id"),
+    "int32": ("int32", "int32"),
+    "int64": ("int64", "int64"),
+    "float64": ("float64", "float64"),
+    "bool": ("uint8", "bool"),
+    "Int64": ("int64", "nullable_int64"),
+    "boolean": ("int8", "nullable_bool"),
+    "object": ("int32", "shape_id"),
+}
+
+#: Append-only tables. Each group's columns grow together: group -> (rows per chunk, {dataset: dtype}).
+GROUPS: dict[str, tuple[int, dict[str, str]]] = {
+    "calls": (1 << 12, {f"calls/{c}": ENCODINGS[COLUMNS[c][0]][0] for c in STORED_COLUMNS}),
+    "strings": (1 << 12, {"strings/ends": "int64"}),
+    "string_bytes": (1 << 16, {"strings/bytes": "uint8"}),
+    "shapes": (1 << 10, {"shapes/ends": "int64"}),
+    "shape_dims": (1 << 10, {"shapes/dims": "int64"}),
+    "stacks": (1 << 10, {"stacks/id": "int32", "stacks/ends": "int64"}),
+    "stack_frames": (1 << 12, {"stacks/frames": "int32"}),
+    "construct": (1 << 12, {"construct/step": "int32", "construct/call": "int32", "construct/parent": "int32"}),
+    "tensors": (1 << 10, {"tensors/name": "int32", "tensors/step": "int32", "tensors/buffer": "uint8",
+                          "tensors/offset": "int64", "tensors/count": "int64", "tensors/dtype": "int32",
+                          "tensors/shape": "int32"}),
+}
+#: Columns of the ``/index/steps`` rows: the step; per group its committed length and tail slot; the
+#: committed length of each tensor buffer; the commit marker.
+INDEX_FIELDS = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
+                + [f"u{w}" for w in TENSOR_WIDTHS] + ["commit"])
+TABLE_COMPRESSION = "lzf"
+import os as _os
+_TABLE_FILTER = {"compression": "gzip", "compression_opts": 1, "shuffle": True} if _os.environ.get("GZ") else {"compression": "lzf", "shuffle": bool(_os.environ.get("SH"))}
+TENSOR_CHUNK_BYTES = 1 << 20  # bytes per chunk of a tensor buffer; each step starts a fresh chunk
+
+
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(TOOL_NAME)
+    except PackageNotFoundError:  # running from a checkout
+        import msprobe_nb
+
+        return str(getattr(msprobe_nb, "__version__", "0+unknown"))
+
+
+def _holds_dump(path: Path) -> list[Path]:
+    """The kit rank files directly inside ``path`` (empty if none or not a directory)."""
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if RANK_FILE_RE.match(p.name) and p.is_file())
+
+
+def resolve_dump_dir(path: str | Path, on_exists: str = "new") -> Path:
+    """Pick the directory a new dump goes to, never silently overwriting an older dump.
+
+    ``on_exists`` says what to do when ``path`` already holds rank*.h5 files: ``"new"`` uses the next
+    free sibling ``<path>_1``, ``<path>_2``... (with a warning), ``"error"`` raises FileExistsError,
+    ``"overwrite"`` deletes the old rank files (with a warning). The directory is created.
+    """
+    if on_exists not in ("new", "error", "overwrite"):
+        raise ValueError(f"on_exists must be 'new', 'error' or 'overwrite', not {on_exists!r}")
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"dump path {str(path)!r} exists and is not a directory")
+    old = _holds_dump(path)
+    if old:
+        if on_exists == "error":
+            raise FileExistsError(
+                f"dump path {str(path)!r} already holds a dump ({', '.join(p.name for p in old[:4])}"
+                f"{', ...' if len(old) > 4 else ''}); pass on_exists='new' or 'overwrite', or another path"
+            )
+        if on_exists == "overwrite":
+            for p in old:
+                p.unlink()
+            warnings.warn(f"deleted the old dump in {str(path)!r} ({len(old)} rank file(s))", stacklevel=2)
+        else:
+            i = 1
+            while True:
+                cand = path.with_name(f"{path.name}_{i}")
+                if not (cand.exists() and (not cand.is_dir() or _holds_dump(cand))):
+                    break
+                i += 1
+            warnings.warn(
+                f"dump path {str(path)!r} already holds a dump; writing to {str(cand)!r} instead", stacklevel=2
+            )
+            path = cand
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _as_1d(values: Any, col: str, n: int | None) -> Any:
+    """Length check; returns ``values`` unchanged (lists stay lists)."""
+    try:
+        m = len(values)
+    except TypeError:
+        raise ValueError(f"column {col!r}: expected a list or 1-D array, got {type(values).__name__}") from None
+    if isinstance(values, np.ndarray) and values.ndim != 1:
+        raise ValueError(f"column {col!r}: expected a 1-D array, got shape {values.shape}")
+    if n is not None and m != n:
+        raise ValueError(f"column {col!r} has {m} values, other columns have {n}")
+    return values
+
+
+def _object_array(values: Any) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return values
+    if isinstance(values, (pd.Series, pd.Index)) or hasattr(values, "__arrow_array__"):
+        return np.asarray(values, dtype=object)
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values) if not isinstance(values, (list, np.ndarray)) else values
+    return out
+
+
+def _is_missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+class _Group:
+    """Columns that grow together, stored so that committed bytes are never rewritten.
+
+    Whole chunks go to the compressed main dataset (``/calls/max``), each written exactly once. The
+    last, partial chunk lives in an uncompressed two-slot tail (``/tail/calls/max``, shape (2, chunk)):
+    new rows are written after the committed ones in the current slot, and when a chunk fills up the
+    leftover rows go to the other slot. A kill therefore never damages what the last commit points to.
+    """
+
+    def __init__(self, f: h5py.File, name: str, chunk: int, columns: dict[str, str]) -> None:
+        self.name, self.chunk = name, chunk
+        self.main: dict[str, h5py.Dataset] = {}
+        self.tail: dict[str, h5py.Dataset] = {}
+        for path, dtype in columns.items():
+            self.main[path] = f.create_dataset(
+                path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), **_TABLE_FILTER,
+                track_times=False)
+            self.tail[path] = f.create_dataset(
+                f"tail/{path}", shape=(2, chunk), dtype=dtype, chunks=(1, chunk), track_times=False)
+        self.length, self.slot = 0, 0
+        self.buf = {p: np.empty(0, dtype) for p, dtype in columns.items()}
+
+    def stage(self, data: dict[str, np.ndarray]) -> tuple[int, int, dict[str, np.ndarray]]:
+        """Write ``data`` beyond the committed rows; returns the state to commit."""
+        n = len(next(iter(data.values())))
+        if n == 0:
+            return self.length, self.slot, self.buf
+        c, t = self.chunk, self.length % self.chunk
+        base = self.length - t
+        if t + n < c:
+            for p, arr in data.items():
+                self.tail[p][self.slot, t:t + n] = arr
+            return self.length + n, self.slot, {p: np.concatenate([self.buf[p], arr]) for p, arr in data.items()}
+        full = (t + n) // c * c
+        buf = {}
+        for p, arr in data.items():
+            comb = np.concatenate([self.buf[p], arr])
+            ds = self.main[p]
+            ds.resize((base + full,))
+            ds[base:base + full] = comb[:full]
+            rest = comb[full:]
+            if len(rest):
+                self.tail[p][1 - self.slot, :len(rest)] = rest
+            buf[p] = rest.copy()
+        return self.length + n, 1 - self.slot, buf
+
+    def commit(self, state: tuple[int, int, dict[str, np.ndarray]]) -> None:
+        self.length, self.slot, self.buf = state
+
+
+class DumpWriter:
+    """Append steps of the calls table (plus stacks, module tree and tensors) to ``dump_dir/rank{rank}.h5``.
+
+    ``write_step`` converts and validates everything first, then appends, flushes, and finally
+    appends the commit row; after it returns the step is durable. ``swmr=True`` (the default) opens
+    the file in HDF5 single-writer/multiple-reader mode, so a notebook can read a running dump and a
+    kill inside ``write_step`` leaves the earlier steps readable. ``tensor_compression`` is ``"lzf"``
+    (fast) or a gzip level 0-9 (portable to non-h5py readers).
+    """
+
+    def __init__(self, dump_dir: str | Path, rank: int = 0, meta: Mapping[str, Any] | None = None, *,
+                 swmr: bool = True, tensor_compression: str | int = "lzf") -> None:
+        self.rank = int(rank)
+        self.dump_dir = Path(dump_dir)
+        self.path = self.dump_dir / f"rank{self.rank}.h5"
+        self._file: h5py.File | None = None
+        if tensor_compression != "lzf" and not (isinstance(tensor_compression, int) and 0 <= tensor_compression <= 9):
+            raise ValueError(f"tensor_compression must be 'lzf' or a gzip level 0-9, not {tensor_compression!r}")
+        meta_json = json.dumps(dict(meta or {}), default=_json_default, ensure_ascii=False)
+        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            raise FileExistsError(f"{str(self.path)!r} already exists; use resolve_dump_dir() to pick a fresh path")
+        libver = ("v110", "v110") if swmr else ("earliest", "v110")
+        f = h5py.File(self.path, "x", libver=libver)
+        try:
+            a = f.attrs
+            a["format"] = FORMAT_NAME
+            a["schema_version"] = SCHEMA_VERSION
+            a["layout_version"] = LAYOUT_VERSION
+            a["tool"] = TOOL_NAME
+            a["tool_version"] = _tool_version()
+            a["created"] = datetime.now(UTC).isoformat(timespec="seconds")
+            a["rank"] = self.rank
+            a["meta"] = meta_json
+            a["columns"] = json.dumps(STORED_COLUMNS)
+            a["h5py_version"] = h5py.version.version
+            a["hdf5_version"] = h5py.version.hdf5_version
+            self._groups = {g: _Group(f, g, chunk, cols) for g, (chunk, cols) in GROUPS.items()}
+            for col in STORED_COLUMNS:
+                enc = ENCODINGS[COLUMNS[col][0]][1]
+                f[f"calls/{col}"].attrs["encoding"] = enc
+                if enc == "nullable_int64":
+                    f[f"calls/{col}"].attrs["na_value"] = INT_NA
+            gz = {"compression": "gzip", "compression_opts": tensor_compression} if isinstance(
+                tensor_compression, int) else {"compression": tensor_compression}
+            self._buffers = {
+                w: f.create_dataset(f"tensors/u{w}", shape=(0,), maxshape=(None,), dtype=f"uint{8 * w}",
+                                    chunks=(TENSOR_CHUNK_BYTES // w,), shuffle=w > 1, track_times=False, **gz)
+                for w in TENSOR_WIDTHS
+            }
+            k = len(INDEX_FIELDS)
+            self._index = f.create_dataset("index/steps", shape=(0, k), maxshape=(None, k), dtype="int64",
+                                           chunks=(256, k), track_times=False)
+            self._index.attrs["fields"] = json.dumps(INDEX_FIELDS)
+            self._index.attrs["commit_magic"] = COMMIT_MAGIC
+            f.flush()
+            if swmr:
+                f.swmr_mode = True
+        except BaseException:
+            f.close()
+            self.path.unlink(missing_ok=True)
+            raise
+        self._file = f
+        # Interning state. Ids below the committed counts are on disk; the rest are pending.
+        self._strings: dict[str, int] = {"": 0}
+        self._new_strings: list[str] = [""]
+        self._shape_ids: dict[tuple[int, ...], int] = {}
+        self._new_shapes: list[tuple[int, ...]] = []
+        self._stack_ids: set[int] = set()
+        self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
+        self.steps_written = 0
+
+    # -- interning -------------------------------------------------------------------------
+    def _intern(self, s: str) -> int:
+        i = self._strings.get(s)
+        if i is None:
+            i = self._strings[s] = len(self._strings)
+            self._new_strings.append(s)
+        return i
+
+    def _shape_id(self, s: Any) -> int:
+        key = tuple(int(d) for d in s)
+        i = self._shape_ids.get(key)
+        if i is None:
+            if any(d < 0 for d in key):
+                raise ValueError(f"shape {key} has a negative dimension")
+            i = self._shape_ids[key] = len(self._shape_ids)
+            self._new_shapes.append(key)
+        return i
+
+    def _rollback(self) -> None:
+        for s in self._new_strings:
+            if self._strings.get(s, -1) >= self._groups["strings"].length:
+                del self._strings[s]
+        del self._new_strings[:]
+        if self._groups["strings"].length == 0:
+            self._strings = {"": 0}
+            self._new_strings.append("")
+        for s in self._new_shapes:
+            self._shape_ids.pop(s, None)
+        del self._new_shapes[:]
+
+    # -- column conversion -----------------------------------------------------------------
+    def _string_ids(self, col: str, values: Any) -> np.ndarray:
+        arr = _object_array(values)
+        codes, uniques = pd.factorize(arr, use_na_sentinel=True)
+        ids = np.empty(len(uniques) + 1, dtype=np.int32)
+        for k, u in enumerate(uniques):
+            ids[k] = self._intern(u if isinstance(u, str) else str(u))
+        ids[-1] = 0  # code -1 (None / NA) -> ""
+        return ids[codes]
+
+    def _shape_column(self, values: Any) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int32)
+        cache: dict[Any, int] = {}
+        for i, s in enumerate(values):
+            try:
+                out[i] = cache[s]
+                continue
+            except (KeyError, TypeError):
+                pass
+            if _is_missing(s):
+                sid = -1
+            else:
+                try:
+                    sid = self._shape_id(s)
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
+            out[i] = sid
+            try:
+                cache[s] = sid
+            except TypeError:
+                pass
+        return out
+
+    def _convert(self, col: str, values: Any, n: int) -> np.ndarray:
+        dtype = COLUMNS[col][0]
+        try:
+            if dtype == "string":
+                return self._string_ids(col, values)
+            if dtype == "object":
+                return self._shape_column(values)
+            if dtype in ("int32", "int64"):
+                arr = np.asarray(values)
+                if arr.dtype.kind not in "iub":
+                    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+                        arr = arr.astype(np.int64)
+                    else:
+                        arr = np.asarray(pd.array(values, dtype="Int64").to_numpy(dtype=np.int64))
+                info = np.iinfo(dtype)
+                if arr.size and (arr.min() < info.min or arr.max() > info.max):
+                    raise ValueError(f"values out of {dtype} range")
+                return arr.astype(dtype, copy=False)
+            if dtype == "float64":
+                try:
+                    return np.asarray(values, dtype=np.float64)
+                except (TypeError, ValueError):
+                    return pd.array(values, dtype="Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+            if dtype == "bool":
+                arr = np.asarray(values)
+                if arr.dtype != bool:
+                    arr = np.fromiter((False if _is_missing(v) else bool(v) for v in values), bool, count=n)
+                return arr.astype(np.uint8)
+            if dtype == "Int64":
+                arr = np.asarray(values) if isinstance(values, np.ndarray) else None
+                if arr is None or arr.dtype.kind not in "iu":
+                    arr = pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=INT_NA)
+                    return arr
+                arr = arr.astype(np.int64)
+                if arr.size and arr.min() == INT_NA:
+                    raise ValueError(f"value {INT_NA} is reserved for <NA>")
+                return arr
+            if dtype == "boolean":
+                a = pd.array(values, dtype="boolean")
+                out = a.to_numpy(dtype=np.int8, na_value=-1)
+                return out
+        except ValueError as e:
+            raise ValueError(f"column {col!r}: {e}") from None
+        except TypeError as e:
+            raise ValueError(f"column {col!r}: {e}") from None
+        raise ValueError(f"column {col!r}: schema dtype {dtype!r} has no HDF5 encoding")  # pragma: no cover
+
+    def _default(self, col: str, n: int) -> np.ndarray:
+        dtype = COLUMNS[col][0]
+        disk = ENCODINGS[dtype][0]
+        fill = {"object": -1, "Int64": INT_NA, "boolean": -1, "float64": np.nan}.get(dtype, 0)
+        if col == "stack_id":
+            fill = -1
+        return np.full(n, fill, dtype=disk)
+
+    # -- tensors -----------------------------------------------------------------------------
+    def _tensor_bytes(self, name: str, t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]]:
+        import torch
+
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"tensor {name!r}: layout {t.layout} is not supported (convert to dense first)")
+        if t.is_quantized:
+            raise TypeError(f"tensor {name!r}: quantized tensors are not supported (dequantize first)")
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.resolve_conj().resolve_neg().contiguous()
+        width = min(t.element_size(), 8)
+        raw = t.reshape(-1).view(torch.uint8).numpy()
+        return width, raw.view(f"uint{8 * width}"), str(t.dtype), tuple(t.shape)
+
+    # -- writing -----------------------------------------------------------------------------
+    def write_step(self, step: int, columns: Mapping[str, Any], stacks: Mapping[int, list[str]] | None = None,
+                   construct: Mapping[str, str | None] | None = None,
+                   tensors: Mapping[str, Any] | None = None) -> None:
+        """Append one step and make it durable; raises ValueError/TypeError before writing on bad input."""
+        if self._file is None:
+            raise ValueError(f"DumpWriter for {str(self.path)!r} is closed")
+        step = int(step)
+        if not -(2 ** 31) <= step < 2 ** 31:
+            raise ValueError(f"step {step} does not fit int32")
+        try:
+            payload = self._prepare(step, dict(columns), stacks or {}, construct or {}, tensors or {})
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            self._write(step, payload)
+        except BaseException:
+            self._rollback()
+            raise
+        self._new_strings.clear()
+        self._new_shapes.clear()
+        self.steps_written += 1
+
+    def _prepare(self, step: int, columns: dict[str, Any], stacks: Mapping[int, list[str]],
+                 construct: Mapping[str, str | None], tensors: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = [c for c in columns if c not in COLUMNS]
+        if unknown:
+            raise ValueError(f"unknown column(s) {unknown}; the schema columns are {list(COLUMNS)}")
+        n = None
+        for col, values in columns.items():
+            _as_1d(values, col, n)
+            n = len(values)
+        n = n or 0
+        for col, want in (("step", step), ("rank", self.rank)):
+            if col in columns:
+                vals = np.asarray(columns.pop(col))
+                if vals.size and not np.all(vals == want):
+                    raise ValueError(f"column {col!r} disagrees with the writer ({col}={want}); leave it out")
+        cols = {c: self._convert(c, columns[c], n) if c in columns else self._default(c, n) for c in STORED_COLUMNS}
+
+        new_stacks = []
+        for sid, frames in stacks.items():
+            sid = int(sid)
+            if sid in self._stack_ids or any(sid == s for s, _ in new_stacks):
+                continue
+            if not -(2 ** 31) <= sid < 2 ** 31:
+                raise ValueError(f"stack id {sid} does not fit int32")
+            if isinstance(frames, str):
+                frames = [frames]
+            new_stacks.append((sid, [self._intern(str(fr)) for fr in frames]))
+
+        con_call = np.fromiter((self._intern(str(c)) for c in construct), np.int32, count=len(construct))
+        con_parent = np.fromiter((-1 if _is_missing(p) else self._intern(str(p)) for p in construct.values()),
+                                 np.int32, count=len(construct))
+
+        tens = []
+        for name, t in tensors.items():
+            width, data, dtype, shape = self._tensor_bytes(str(name), t)
+            tens.append((self._intern(str(name)), width, data, self._intern(dtype), self._shape_id(shape)))
+        return {"n": n, "cols": cols, "stacks": new_stacks, "construct": (con_call, con_parent), "tensors": tens}
+
+    def _write(self, step: int, p: dict[str, Any]) -> None:
+        f, g = self._file, self._groups
+        staged = {"calls": g["calls"].stage({f"calls/{c}": a for c, a in p["cols"].items()})}
+        if self._new_strings:
+            enc = [s.encode("utf-8", "surrogatepass") for s in self._new_strings]
+            lens = np.fromiter(map(len, enc), np.int64, count=len(enc))
+            base = g["string_bytes"].length
+            staged["string_bytes"] = g["string_bytes"].stage({"strings/bytes": np.frombuffer(b"".join(enc), np.uint8)})
+            staged["strings"] = g["strings"].stage({"strings/ends": np.cumsum(lens) + base})
+        if self._new_shapes:
+            lens = np.fromiter(map(len, self._new_shapes), np.int64, count=len(self._new_shapes))
+            dims = np.fromiter((d for s in self._new_shapes for d in s), np.int64, count=int(lens.sum()))
+            base = g["shape_dims"].length
+            staged["shape_dims"] = g["shape_dims"].stage({"shapes/dims": dims})
+            staged["shapes"] = g["shapes"].stage({"shapes/ends": np.cumsum(lens) + base})
+        if p["stacks"]:
+            lens = np.array([len(fr) for _, fr in p["stacks"]], np.int64)
+            frames = np.fromiter((x for _, fr in p["stacks"] for x in fr), np.int32, count=int(lens.sum()))
+            base = g["stack_frames"].length
+            staged["stack_frames"] = g["stack_frames"].stage({"stacks/frames": frames})
+            staged["stacks"] = g["stacks"].stage({"stacks/id": np.array([s for s, _ in p["stacks"]], np.int32),
+                                                  "stacks/ends": np.cumsum(lens) + base})
+        con_call, con_parent = p["construct"]
+        if len(con_call):
+            staged["construct"] = g["construct"].stage({
+                "construct/step": np.full(len(con_call), step, np.int32),
+                "construct/call": con_call, "construct/parent": con_parent})
+        ends = dict(self._buffer_ends)
+        if p["tensors"]:
+            rows: dict[str, list[int]] = {k: [] for k in ("name", "buffer", "offset", "count", "dtype", "shape")}
+            for w in TENSOR_WIDTHS:
+                parts = [(nid, data, did, sid) for nid, width, data, did, sid in p["tensors"] if width == w]
+                if not parts:
+                    continue
+                start = pos = ends[w]
+                for nid, data, did, sid in parts:
+                    for key, v in (("name", nid), ("buffer", w), ("offset", pos), ("count", len(data)),
+                                   ("dtype", did), ("shape", sid)):
+                        rows[key].append(v)
+                    pos += len(data)
+                # The next step starts on a fresh chunk, so a committed compressed chunk is never rewritten.
+                chunk = TENSOR_CHUNK_BYTES // w
+                ends[w] = -(-pos // chunk) * chunk
+                ds = self._buffers[w]
+                ds.resize((ends[w],))
+                if pos > start:
+                    ds[start:pos] = np.concatenate([d for _, d, _, _ in parts])
+            k = len(rows["name"])
+            cols = {f"tensors/{key}": np.asarray(v, GROUPS["tensors"][1][f"tensors/{key}"]) for key, v in rows.items()}
+            cols["tensors/step"] = np.full(k, step, np.int32)
+            staged["tensors"] = g["tensors"].stage(cols)
+        f.flush()
+        # Commit: one index row naming every table's extent; a reader ignores anything beyond it.
+        row = [step]
+        for name, grp in g.items():
+            length, slot, _ = staged.get(name, (grp.length, grp.slot, None))
+            row += [length, slot]
+        row += [ends[w] for w in TENSOR_WIDTHS] + [COMMIT_MAGIC]
+        i = self.steps_written
+        self._index.resize((i + 1, len(INDEX_FIELDS)))
+        self._index[i] = np.asarray(row, np.int64)
+        f.flush()
+        for name, state in staged.items():
+            g[name].commit(state)
+        self._buffer_ends = ends
+        self._stack_ids.update(sid for sid, _ in p["stacks"])
+
+    def close(self) -> None:
+        """Close the file; safe to call twice or after an exception."""
+        f, self._file = self._file, None
+        if f is not None:
+            with suppress(OSError, RuntimeError, ValueError):  # already invalid after an HDF5 error
+                f.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._file is None else f"{self.steps_written} step(s)"
+        return f"DumpWriter({str(self.path)!r}, {state})"

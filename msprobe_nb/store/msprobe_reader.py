@@ -1,0 +1,448 @@
+"""Read msprobe dump output (dump.json, stack.json, construct.json, dump_tensor_data/) into DumpParts.
+
+One row per leaf of every record, named like the rows of msprobe's compare CSV, so that a dump made by
+msprobe on a real Ascend machine can be analysed and compared exactly like one recorded by msprobe_nb.
+Whole tensors are loaded lazily and only through pickle-free loaders (``torch.load(weights_only=True)``,
+``numpy.load(allow_pickle=False)``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msprobe_nb.store.hdf5_reader import DumpFormatError  # one error class for every dump reader
+from msprobe_nb.store.schema import DumpParts, coerce_calls
+
+__all__ = ["DumpFormatError", "RankDir", "find_rank_dirs", "load_tensor_file", "parse_call", "read_msprobe"]
+
+DIRECTIONS = ("forward", "backward", "parameters_grad")
+#: ``type`` values of leaves that carry tensor statistics.
+TENSOR_TYPES = {"torch.Tensor", "numpy.ndarray", "mindspore.Tensor", "mindtorch.Tensor", "jittor.Var"}
+#: dump.json stat key -> calls column.
+STAT_KEYS = {"Max": "max", "Min": "min", "Mean": "mean", "Norm": "norm"}
+#: dump.json record key -> (io, is_kwarg) for forward/backward records.
+RECORD_KEYS = {
+    "input_args": ("input", False),
+    "input_kwargs": ("input", True),
+    "input": ("input", False),
+    "output": ("output", False),
+    "parameters": ("parameters", False),
+}
+MICRO_STEP_KEY = "megatron_micro_step_number"
+_RANK_RE = re.compile(r"rank(\d*)")
+_PROC_RE = re.compile(r"proc(\d+)")
+_STEP_RE = re.compile(r"step(\d+)")
+
+
+@dataclass
+class RankDir:
+    """One msprobe rank folder (or a bare dump.json) with the step/rank its path implies."""
+
+    dump_json: Path
+    step: int = 0
+    rank: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return self.dump_json.parent
+
+
+# ----------------------------------------------------------------------------- locating files
+
+def _rank_of(folder: Path) -> tuple[int, str] | None:
+    """(rank, note) implied by a rank*/proc* folder name, None for other names."""
+    m = _RANK_RE.fullmatch(folder.name)
+    if m:
+        return int(m.group(1) or 0), ""
+    m = _PROC_RE.fullmatch(folder.name)
+    if m:
+        return 0, f"{folder}: msprobe wrote proc{m.group(1)} (no rank known at dump time); read as rank 0"
+    return None
+
+
+def _step_of(folder: Path) -> int | None:
+    m = _STEP_RE.fullmatch(folder.name)
+    return int(m.group(1)) if m else None
+
+
+def _rank_dirs_of_step(step_dir: Path, step: int) -> list[RankDir]:
+    subs = [d for d in step_dir.iterdir() if d.is_dir() and (d / "dump.json").is_file() and _rank_of(d)]
+    ranked = sorted((d for d in subs if _RANK_RE.fullmatch(d.name)), key=lambda d: _rank_of(d)[0])
+    procs = sorted(d for d in subs if _PROC_RE.fullmatch(d.name))
+    out = [RankDir(d / "dump.json", step, _rank_of(d)[0]) for d in ranked]
+    if procs and not ranked:
+        for i, d in enumerate(procs):
+            out.append(RankDir(d / "dump.json", step, i, [
+                f"{d}: msprobe wrote {d.name} (no rank known at dump time); read as rank {i}"]))
+    elif procs:
+        out[0].notes.append(f"{step_dir}: ignored {', '.join(d.name for d in procs)} beside rank folders")
+    return out
+
+
+def find_rank_dirs(path: str | Path) -> list[RankDir]:
+    """Every dump.json under ``path`` (a dump.json, a rank dir, a step dir or a dump root), in step/rank order."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or folder")
+    if p.is_file():
+        return [_single(p)]
+    for name in ("dump.json", "debug.json"):  # debug.json: level "debug" (PrecisionDebugger.save)
+        if (p / name).is_file():
+            return [_single(p / name)]
+    step = _step_of(p)
+    found = _rank_dirs_of_step(p, 0 if step is None else step)
+    if found:
+        return found
+    steps = sorted((d for d in p.iterdir() if d.is_dir() and _step_of(d) is not None), key=_step_of)
+    for d in steps:
+        found.extend(_rank_dirs_of_step(d, _step_of(d)))
+    if not found:
+        raise DumpFormatError(
+            f"{p}: no msprobe dump found (expected dump.json, rank*/dump.json or step*/rank*/dump.json)")
+    return found
+
+
+def _single(dump_json: Path) -> RankDir:
+    """A dump.json given directly: step/rank from its folder names when they follow msprobe's layout."""
+    folder = dump_json.parent
+    rank = _rank_of(folder)
+    if rank is None:
+        return RankDir(dump_json)
+    step = _step_of(folder.parent)
+    return RankDir(dump_json, 0 if step is None else step, rank[0], [rank[1]] if rank[1] else [])
+
+
+# ----------------------------------------------------------------------------- JSON helpers
+
+def read_json(path: Path) -> Any:
+    """Parse one JSON file; corrupt or truncated text becomes a DumpFormatError naming file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DumpFormatError(f"{path}: not UTF-8 text (byte {e.start}); is this really a JSON file?") from None
+    if not text.strip():
+        raise DumpFormatError(f"{path}: the file is empty (msprobe flushes JSON only at stop()/step())")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = " (the file looks truncated)" if e.pos >= len(text.rstrip()) else ""
+        raise DumpFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from None
+
+
+def _where(call: str, path: tuple) -> str:
+    return f'data["{call}"]' + "".join(f"[{k}]" if isinstance(k, int) else f'["{k}"]' for k in path)
+
+
+# ----------------------------------------------------------------------------- call names
+
+def parse_call(call: str) -> dict[str, Any]:
+    """Split a call name into family, op, module_path, counter, direction.
+
+    ``Module.<path>.<Class>.<forward|backward>.<n>``, ``Module.<path>.<Class>.parameters_grad[.<n>]`` and
+    ``<Family>.<op>.<n>.<forward|backward>`` (op may hold dots, e.g. aten overloads); anything else keeps
+    its first token as family and the rest as op.
+    """
+    parts = call.split(".")
+    out = {"family": parts[0], "op": "", "module_path": "", "counter": 0, "direction": ""}
+    if parts[0] in ("Module", "Cell"):
+        idx = next((i for i in range(len(parts) - 1, 1, -1) if parts[i] in DIRECTIONS), None)
+        if idx is not None:
+            tail = parts[idx + 1:]
+            out.update(direction=parts[idx], op=parts[idx - 1], module_path=".".join(parts[1:idx - 1]))
+            if len(tail) == 1 and tail[0].isdigit():
+                out["counter"] = int(tail[0])
+            return out
+    elif len(parts) >= 4 and parts[-1] in DIRECTIONS and parts[-2].isdigit():
+        out.update(op=".".join(parts[1:-2]), counter=int(parts[-2]), direction=parts[-1])
+        return out
+    if len(parts) >= 3 and parts[-2].isdigit():  # e.g. debug.json "<name>.<n>.debug"
+        out.update(op=".".join(parts[1:-2]), counter=int(parts[-2]), direction=parts[-1])
+    else:
+        out["op"] = ".".join(parts[1:])
+    return out
+
+
+# ----------------------------------------------------------------------------- leaves -> rows
+
+def _is_leaf(node: Any) -> bool:
+    """A record leaf: a tensor/value dict (has a string ``type``/``class_type``), null or a bare scalar."""
+    if isinstance(node, dict):
+        return isinstance(node.get("type"), str) or isinstance(node.get("class_type"), str)
+    return not isinstance(node, list)
+
+
+def _leaves(node: Any, arg: str, path: tuple):
+    """Yield ``(arg, json_path, leaf)`` for every leaf below ``node``; lists give '0', '1', dicts their keys."""
+    if _is_leaf(node):
+        yield arg, path, node
+        return
+    items = enumerate(node) if isinstance(node, list) else node.items()
+    for key, child in items:
+        yield from _leaves(child, f"{arg}.{key}" if arg else str(key), path + (key,))
+
+
+def _stat(value: Any, file: Path, call: str, path: tuple) -> float:
+    """A dump.json statistic as float: bool -> 1/0, null -> NaN, "inf"/"nan" strings -> floats."""
+    if value is None:
+        return math.nan
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise DumpFormatError(f"{file}: {_where(call, path)} is {value!r}, "
+                          "expected a number, true/false, null, 'inf' or 'nan'")
+
+
+_BASE_COLS = ("step", "rank", "call_index", "call", "family", "op", "module_path", "counter", "direction",
+              "stack_id", "parent")
+_ROW_COLS = ("name", "io", "arg", "is_kwarg")
+_LEAF_COLS = ("kind", "dtype", "shape", "numel", "requires_grad", "max", "min", "mean", "norm", "hash",
+              "value_type", "value", "data_name")
+_NAN4 = (math.nan,) * 4
+#: columns built straight into typed numpy arrays (the rest go through object arrays and coerce_calls)
+_FAST = {"step": np.int64, "rank": np.int64, "call_index": np.int64, "counter": np.int64, "stack_id": np.int64,
+         "is_kwarg": bool, "max": np.float64, "min": np.float64, "mean": np.float64, "norm": np.float64}
+_NONE_LEAF = ("none", "", None, None, None, *_NAN4, "", "", "", "")
+
+
+class _RowBuilder:
+    """Collects rows cheaply: call-level columns once per call, row tuples per leaf; columns at the end."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.row_call: list[int] = []
+        self.rows: list[tuple] = []
+
+    def frame(self) -> pd.DataFrame:
+        data: dict[str, Any] = {}
+        if self.rows:
+            take = np.asarray(self.row_call, dtype=np.int64)
+            for col, values in zip(_BASE_COLS, zip(*self.calls, strict=True), strict=True):
+                data[col] = np.asarray(values, dtype=_FAST.get(col, object))[take]
+            for col, values in zip(_ROW_COLS + _LEAF_COLS, zip(*self.rows, strict=True), strict=True):
+                data[col] = _object_array(values) if col == "shape" else np.asarray(values, _FAST.get(col, object))
+        else:
+            data = {c: [] for c in _BASE_COLS + _ROW_COLS + _LEAF_COLS}
+        return coerce_calls(pd.DataFrame(data))
+
+
+def _object_array(values: tuple) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _leaf_values(leaf: Any, file: Path, call: str, path: tuple) -> tuple:
+    """The _LEAF_COLS values of one leaf (kind, dtype, shape, stats, value...)."""
+    if leaf is None:
+        return _NONE_LEAF
+    if not isinstance(leaf, dict):  # bare scalar, e.g. "..." for Ellipsis
+        return ("value", "", None, None, None, *_NAN4, "", "", json.dumps(leaf, ensure_ascii=False), "")
+    typ = leaf.get("type") if isinstance(leaf.get("type"), str) else leaf.get("class_type")
+    if typ in TENSOR_TYPES or ("dtype" in leaf and "shape" in leaf and "value" not in leaf):
+        shape = leaf.get("shape")
+        if shape is not None:
+            if not (isinstance(shape, list) and all(type(v) is int for v in shape)):
+                raise DumpFormatError(f'{file}: {_where(call, path + ("shape",))} is {shape!r}, '
+                                      "expected a list of integers")
+            shape = tuple(shape)
+        rg = leaf.get("requires_grad")
+        if rg is not None and not isinstance(rg, bool):
+            raise DumpFormatError(f'{file}: {_where(call, path + ("requires_grad",))} is {rg!r}, '
+                                  "expected true/false")
+        stats = []
+        for key in STAT_KEYS:
+            v = leaf.get(key)
+            if type(v) is float:
+                stats.append(v)
+            else:
+                stats.append(_stat(v, file, call, path + (key,)))
+        return ("tensor", str(leaf.get("dtype") or ""), shape, None if shape is None else math.prod(shape), rg,
+                *stats, str(leaf.get("md5") or ""), "" if typ == "torch.Tensor" else typ, "",
+                str(leaf.get("data_name") or ""))
+    if len(leaf) == 2 and "value" in leaf and "type" in leaf:
+        value = json.dumps(leaf["value"], ensure_ascii=False)
+    else:  # torch.memory_format, P2POp...: keep the whole record so the writer can give it back verbatim
+        value = json.dumps(leaf, ensure_ascii=False)
+    return ("value", "", None, None, None, *_NAN4, "", typ, value, "")
+
+
+def _read_records(rd: RankDir, data: dict, builder: _RowBuilder, call_stack: dict, construct: dict) -> None:
+    file = rd.dump_json
+    for index, (call, record) in enumerate(data.items()):
+        if not isinstance(record, dict):
+            raise DumpFormatError(f'{file}: data["{call}"] is {type(record).__name__}, expected an object')
+        p = parse_call(call)
+        builder.calls.append((rd.step, rd.rank, index, call, p["family"], p["op"], p["module_path"], p["counter"],
+                              p["direction"], call_stack.get(call, -1), construct.get(call, "")))
+        ordinal = len(builder.calls) - 1
+        grads = p["direction"] == "parameters_grad"
+        for key, value in record.items():
+            if grads:  # {param: [stats]}: the row is named <call>.<param>
+                io, is_kwarg, prefix = "parameters_grad", False, str(key)
+                if isinstance(value, list) and len(value) == 1:
+                    value = value[0]
+            else:
+                (io, is_kwarg), prefix = RECORD_KEYS.get(key, (key, False)), ""
+            for arg, path, leaf in _leaves(value, prefix, (key,)):
+                name = f"{call}.{arg}" if grads else (f"{call}.{io}.{arg}" if arg else f"{call}.{io}")
+                builder.row_call.append(ordinal)
+                builder.rows.append((name, io, arg, is_kwarg, *_leaf_values(leaf, file, call, path)))
+
+
+def _read_stack(rd: RankDir, stacks: dict[int, list[str]], ids: dict[tuple, int]) -> dict[str, int]:
+    """call -> global stack id from stack.json (new ``{id: [[calls], [frames]]}`` or old ``{call: [frames]}``)."""
+    file = rd.folder / "stack.json"
+    if not file.is_file():
+        return {}
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(f"{file}: top level is {type(obj).__name__}, expected an object")
+    out: dict[str, int] = {}
+    for key, entry in obj.items():
+        if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                and isinstance(entry[1], list)):
+            calls, frames = entry
+        elif isinstance(entry, list) and all(isinstance(f, str) for f in entry):
+            calls, frames = [key], entry
+        else:
+            raise DumpFormatError(f'{file}: ["{key}"] is neither [[calls], [frames]] nor a list of frames')
+        frames = [str(f) for f in frames]
+        sid = ids.setdefault(tuple(frames), len(ids))
+        stacks.setdefault(sid, frames)
+        for call in calls:
+            out[str(call)] = sid
+    return out
+
+
+def _read_construct(rd: RankDir, meta_extra: dict) -> dict[str, str]:
+    """call -> parent from construct.json; Megatron ``[parent, micro_step]`` values keep their micro step."""
+    file = rd.folder / "construct.json"
+    if not file.is_file():
+        return {}
+    obj = read_json(file)
+    if not isinstance(obj, dict):
+        raise DumpFormatError(f"{file}: top level is {type(obj).__name__}, expected an object")
+    out: dict[str, str] = {}
+    micro: dict[str, Any] = {}
+    for call, value in obj.items():
+        if call == MICRO_STEP_KEY:
+            meta_extra[MICRO_STEP_KEY] = value
+            continue
+        if isinstance(value, list) and len(value) == 2 and (value[0] is None or isinstance(value[0], str)):
+            value, micro[call] = value
+        if value is not None and not isinstance(value, str):
+            raise DumpFormatError(f'{file}: ["{call}"] is {value!r}, expected a parent call name, null '
+                                  f'or [parent, micro_step]')
+        out[call] = value or ""
+    if micro:
+        meta_extra["micro_step"] = micro
+    return out
+
+
+# ----------------------------------------------------------------------------- tensors
+
+def load_tensor_file(path: str | Path) -> Any:
+    """Load one saved tensor without unpickling arbitrary objects (.pt: weights_only, .npy: no pickle)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: tensor file not found")
+    try:
+        if path.suffix == ".npy":
+            arr = np.load(path, allow_pickle=False)
+        else:
+            import torch
+
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # any failure of the safe loaders means a bad or unsafe file
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise DumpFormatError(f"{path}: cannot load the tensor safely ({type(e).__name__}: {first}); "
+                              "only plain tensors are accepted, arbitrary pickled objects are refused") from None
+    if path.suffix == ".npy":
+        if arr.dtype.kind in "biufc":
+            import torch
+
+            return torch.from_numpy(arr)
+        return arr
+    import torch
+
+    if not isinstance(obj, torch.Tensor):
+        raise DumpFormatError(f"{path}: holds a {type(obj).__name__}, expected a single tensor")
+    return obj
+
+
+class MsprobeTensorLoader:
+    """``loader(data_name, step=None, rank=None)``: the whole tensor saved under ``dump_tensor_data``."""
+
+    def __init__(self, folders: dict[tuple[int, int], list[Path]]):
+        self.folders = folders
+
+    def __call__(self, data_name: str, step: int | None = None, rank: int | None = None) -> Any:
+        if Path(data_name).name != data_name or data_name in ("", ".", ".."):
+            raise DumpFormatError(f"data_name {data_name!r} is not a plain file name")
+        keys = [k for k in self.folders if (step is None or k[0] == step) and (rank is None or k[1] == rank)]
+        if not keys:
+            raise KeyError(f"no step {step} / rank {rank} in this dump")
+        found = {k: hit for k in keys
+                 if (hit := next((d / data_name for d in self.folders[k] if (d / data_name).is_file()), None))}
+        if len(found) > 1:
+            raise ValueError(f"{data_name!r} exists in several steps/ranks; pass step= and rank=")
+        if not found:
+            tried = ", ".join(str(d) for k in keys for d in self.folders[k])
+            raise FileNotFoundError(f"{data_name}: tensor file not found in {tried} "
+                                    "(only part of dump_tensor_data may have been copied)")
+        return load_tensor_file(next(iter(found.values())))
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def read_msprobe(path: str | Path) -> DumpParts:
+    """Read an msprobe dump (dump.json file, rank dir, step dir or dump root) into DumpParts."""
+    rank_dirs = find_rank_dirs(path)
+    builder = _RowBuilder()
+    stacks: dict[int, list[str]] = {}
+    stack_ids: dict[tuple, int] = {}
+    construct_all: dict[str, str] = {}
+    folders: dict[tuple[int, int], list[Path]] = {}
+    meta: dict[str, Any] = {"format": "msprobe", "task": "", "level": "", "framework": "", "ranks": [],
+                            "notes": []}
+    seen: set[tuple[int, int]] = set()
+    for rd in rank_dirs:
+        if (rd.step, rd.rank) in seen:
+            raise DumpFormatError(f"{rd.dump_json}: step {rd.step} rank {rd.rank} appears twice")
+        seen.add((rd.step, rd.rank))
+        head = read_json(rd.dump_json)
+        if not isinstance(head, dict) or not isinstance(head.get("data"), dict):
+            raise DumpFormatError(f'{rd.dump_json}: expected an object with a "data" object (msprobe dump.json)')
+        extra: dict[str, Any] = {}
+        call_stack = _read_stack(rd, stacks, stack_ids)
+        construct = _read_construct(rd, extra)
+        for k, v in construct.items():
+            construct_all.setdefault(k, v)
+        _read_records(rd, head["data"], builder, call_stack, construct)
+        tensor_dirs = [rd.folder / "dump_tensor_data"]
+        if isinstance(head.get("dump_data_dir"), str) and Path(head["dump_data_dir"]).is_dir():
+            tensor_dirs.append(Path(head["dump_data_dir"]))
+        folders[(rd.step, rd.rank)] = tensor_dirs
+        for key in ("task", "level", "framework"):
+            value = str(head.get(key) or "")
+            if meta[key] and value != meta[key]:
+                meta["notes"].append(f"{rd.dump_json}: {key} {value!r} differs from {meta[key]!r}")
+            meta[key] = meta[key] or value
+        meta["ranks"].append({"step": rd.step, "rank": rd.rank, "path": str(rd.folder),
+                              "dump_data_dir": head.get("dump_data_dir"), **extra})
+        meta["notes"].extend(rd.notes)
+    src = Path(path)
+    return DumpParts(calls=builder.frame(), stacks=stacks, construct=construct_all, meta=meta,
+                     tensor_loader=MsprobeTensorLoader(folders), source=str(src.resolve()))
