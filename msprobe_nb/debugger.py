@@ -128,38 +128,51 @@ class Debugger:
         model = model if model is not None else self.model
         if model is not None:
             rec.register_model(model)
+        _RECORDING.append(self)
+        if rec.wants_step():
+            self._attach()
+        return self
+
+    def _attach(self) -> None:
+        """Install what the level needs; a step the config filters out runs with nothing installed."""
+        rec, cfg = self._recorder, self.config
+        if self._api_mode is not None or self._aten_mode is not None:
+            rec.active = True
+            return
         self._hooks = self._hooks or ModuleHooks(rec)
         self._hooks.install()
         if cfg.level == "L2":
             self._aten_mode = AtenMode(rec)
             self._aten_mode.__enter__()
-        else:
-            self._api_mode = ApiMode(rec, self._random)
+        record_apis = cfg.level in ("L1", "mix")
+        if record_apis or cfg.dropout_off or cfg.host_random:
+            self._api_mode = ApiMode(rec, self._random, record=record_apis)
             self._api_mode.__enter__()
-        if self._random is not None:
+        if record_apis:
             self._random.install()
-        rec.active = rec.wants_step()
-        _RECORDING.append(self)
-        return self
+        rec.active = True
+
+    def _detach(self) -> None:
+        rec = self._recorder
+        rec.active = False
+        for attr in ("_api_mode", "_aten_mode"):
+            mode = getattr(self, attr)
+            if mode is not None:
+                mode.__exit__(None, None, None)
+                setattr(self, attr, None)
+        if self._hooks is not None:
+            self._hooks.remove()
+        if self._random is not None:
+            self._random.uninstall()
+        rec.remove_step_hooks()
+        rec.module_stack.clear()
 
     def stop(self) -> None:
         """Pause recording and write what this step recorded so far. Idempotent."""
         if not self.recording:
             return
-        rec = self._recorder
-        rec.active = False
         try:
-            for attr in ("_api_mode", "_aten_mode"):
-                mode = getattr(self, attr)
-                if mode is not None:
-                    mode.__exit__(None, None, None)
-                    setattr(self, attr, None)
-            if self._hooks is not None:
-                self._hooks.remove()
-            if self._random is not None:
-                self._random.uninstall()
-            rec.remove_step_hooks()
-            rec.module_stack.clear()
+            self._detach()
         finally:
             _RECORDING.clear()
         self._flush()
@@ -169,17 +182,18 @@ class Debugger:
         if self._recorder is None:
             return
         rec = self._recorder
-        was_active = rec.active
         self._flush()
         rec.remove_step_hooks()
         rec.step += 1
         rec.reset_step()
-        if self.recording:
-            rec.active = rec.wants_step()
-            if self.config.step and rec.step > max(self.config.step):
-                self.stop()
-        elif was_active:
-            rec.active = False
+        if not self.recording:
+            return
+        if self.config.step and rec.step > max(self.config.step):
+            self.stop()  # every configured step is recorded
+        elif rec.wants_step():
+            self._attach()
+        elif rec.active:
+            self._detach()
 
     def close(self) -> None:
         """Stop, write and close the dump file. Idempotent; also run at interpreter exit."""

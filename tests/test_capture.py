@@ -151,6 +151,8 @@ def test_bignet_bitwise_identical_with_recording(level, tmp_path):
         assert _bitwise_equal(grads0[name], grads1[name]), name
     calls = read_hdf5(tmp_path / "d").calls
     assert len(calls) > 0
+    if level == "L0":
+        assert set(calls.family) == {"Module"}
     if level in ("L0", "mix"):
         assert "Module.net2.bn1.BatchNorm1d.forward.0" in set(calls.call)
         assert any(c.startswith("Module.net2.Net.backward") for c in calls.call)

@@ -13,7 +13,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.naming import api_name
-from msprobe_nb.capture.recorder import Recorder
+from msprobe_nb.capture.randomness import RANDOM_APIS
+from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -21,10 +22,11 @@ _is_compiling = torch.compiler.is_compiling
 class ApiMode(TorchFunctionMode):
     """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""
 
-    def __init__(self, recorder: Recorder, randomness=None):
+    def __init__(self, recorder: Recorder, randomness=None, record: bool = True):
         super().__init__()
         self.recorder = recorder
         self.randomness = randomness  # msprobe_nb.capture.randomness.RandomPolicy or None
+        self.record = record  # False: only apply dropout-off / host-random (levels L0 and L2)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -42,6 +44,11 @@ class ApiMode(TorchFunctionMode):
             return func(*args, **kwargs)
         family, op = resolved
         policy = self.randomness
+        if not self.record:
+            if policy is None or (family, op) not in RANDOM_APIS:
+                return func(*args, **kwargs)
+            run, args, kwargs = policy.before(Call("", family, op, -1, "forward", dump=False), func, args, kwargs)
+            return run(*args, **kwargs)
         with rec.working():
             try:
                 c = rec.open_api(family, op, frame)

@@ -38,6 +38,23 @@ def walk(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
         yield path, value
 
 
+_SEQ = (list, tuple)
+
+
+def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``list(walk(value, prefix))``, with a fast path for flat argument tuples (the common case)."""
+    if type(value) in _SEQ and not is_namedtuple(value):
+        out = []
+        for i, item in enumerate(value):
+            p = f"{prefix}.{i}" if prefix else str(i)
+            if isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
+                out.extend(walk(item, p, 1))
+            else:
+                out.append((p, item))
+        return out
+    return list(walk(value, prefix))
+
+
 def describe_value(x: Any) -> tuple[str, str]:
     """(type name, JSON text) for a non-tensor leaf, in msprobe's vocabulary (torch.dtype, slice, ...)."""
     if isinstance(x, bool):

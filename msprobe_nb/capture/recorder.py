@@ -13,14 +13,13 @@ import sys
 import threading
 import warnings
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from msprobe_nb.capture.leaves import describe_value, walk
+from msprobe_nb.capture.leaves import describe_value, leaves, walk
 from msprobe_nb.capture.naming import api_call_name, module_call_name
 from msprobe_nb.capture.stats import Summarizer
 
@@ -75,6 +74,7 @@ class Recorder:
         self.active = False
         self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
         self.lock = threading.RLock()
+        self._working = _Working(self)
         hashes = cfg.summary_mode in ("md5", "crc32", "xor")
         self.summarizer = Summarizer(stats=cfg.summary_mode != "xor", hashes=hashes,
                                      keep_tensors=cfg.task == "tensor")
@@ -89,15 +89,9 @@ class Recorder:
         self.errors: list[str] = []
         self.reset_step()
 
-    @contextmanager
-    def working(self):
+    def working(self) -> _Working:
         """Hold the lock and mark the kit busy, so its own torch calls are not recorded."""
-        with self.lock:
-            self.busy += 1
-            try:
-                yield
-            finally:
-                self.busy -= 1
+        return self._working
 
     # ------------------------------------------------------------------ step state
     def reset_step(self) -> None:
@@ -211,19 +205,15 @@ class Recorder:
         rows = self.rows
         summarize = self.summarizer.summarize
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
-        for path, leaf in walk(value, prefix):
+        for path, leaf in leaves(value, prefix):
             name = f"{base}.{path}" if path else base
             if isinstance(leaf, torch.Tensor):
                 idx = summarize(leaf)
                 tid, producer = self._provenance(leaf, c.call, set_producer)
-                try:
-                    device = str(leaf.device)
-                except RuntimeError:
-                    device = ""
                 rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
-                             is_kwarg, "tensor", str(leaf.dtype), tuple(leaf.shape), leaf.numel(), device,
-                             leaf.requires_grad, idx, idx, "", "", c.stack_id, c.parent, tid, producer,
-                             c.rng, c.rng_state))
+                             is_kwarg, "tensor", _dtype_name(leaf.dtype), tuple(leaf.shape), leaf.numel(),
+                             _device_name(leaf), leaf.requires_grad, idx, idx, "", "", c.stack_id, c.parent, tid,
+                             producer, c.rng, c.rng_state))
             elif leaf is None:
                 rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
                              is_kwarg, "none", "", None, None, "", None, -1, -1, "", "", c.stack_id, c.parent,
@@ -437,6 +427,41 @@ class Recorder:
             warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
                           RuntimeWarning, stacklevel=3)
         self.errors.append(msg)
+
+
+class _Working:
+    """Context manager of :meth:`Recorder.working` (a class: cheaper than a generator-based one)."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+
+    def __enter__(self):
+        self.rec.lock.acquire()
+        self.rec.busy += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.rec.busy -= 1
+        self.rec.lock.release()
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+def _device_name(t: torch.Tensor) -> str:
+    try:
+        return str(t.device)
+    except RuntimeError:
+        return ""
 
 
 def caller_frame(depth: int = 2):

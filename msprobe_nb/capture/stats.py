@@ -48,7 +48,8 @@ def _cpu_stats(t: torch.Tensor) -> tuple[float, ...]:
     r, acc = _float_view(t)
     mn, mx = torch.aminmax(r)
     if acc is None:
-        mean = r.mean()
+        # sum / n rather than mean(): half the cost on small tensors, the same value to float rounding
+        mean = r.sum() / r.numel() if r.dtype == torch.float32 else r.mean()
         norm = torch.linalg.vector_norm(r)
     elif acc is torch.float64 and not r.dtype.is_floating_point:
         r64 = r.to(torch.float64)
@@ -129,18 +130,18 @@ class Summarizer:
         hit = self._cache.get(key)
         if hit is not None and hit[1] == version and hit[0]() is t:
             return hit[2]
-        with torch.no_grad():
-            d = t.detach()
-            on_cpu = d.device.type == "cpu"
-            if self.want_stats:
-                self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
-            else:
-                self._values.append(_EMPTY)
-            if self.want_hash:
-                self._hashes.append(_crc32(d) if on_cpu else d.to("cpu", non_blocking=True))
-            if self.keep_tensors:
-                self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
-                                    else d.to("cpu", non_blocking=True))
+        # a detached tensor builds no autograd graph: no grad-mode switch needed
+        d = t.detach() if t.requires_grad else t
+        on_cpu = d.device.type == "cpu"
+        if self.want_stats:
+            self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
+        else:
+            self._values.append(_EMPTY)
+        if self.want_hash:
+            self._hashes.append(_crc32(d) if on_cpu else d.to("cpu", non_blocking=True))
+        if self.keep_tensors:
+            self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
+                                else d.to("cpu", non_blocking=True))
         idx = len(self._values) - 1
         try:
             self._cache[key] = (weakref.ref(t), version, idx)
