@@ -82,6 +82,8 @@ class Recorder:
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.roots: weakref.WeakSet = weakref.WeakSet()
         self._stack_ids: dict[tuple, int] = {}
+        self._skip_code: dict[int, bool] = {}
+        self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
         self._param_hooks: dict[int, Any] = {}
@@ -143,24 +145,40 @@ class Recorder:
 
     # ------------------------------------------------------------------ stacks
     def stack_id(self, frame) -> int:
+        """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
+
+        The key is a tuple of (id(code), line) integers: hashing code objects themselves is slow. Codes
+        are kept alive in ``_codes`` so their ids stay unique.
+        """
         if not self.cfg.stack or frame is None:
             return -1
         key = []
+        skip = self._skip_code
         f = frame
-        while f is not None and len(key) < MAX_STACK_DEPTH:
+        depth = 0
+        while f is not None and depth < MAX_STACK_DEPTH:
             code = f.f_code
-            if not code.co_filename.startswith(_KIT_FILES):
-                key.append((code, f.f_lineno))
+            cid = id(code)
+            s = skip.get(cid)
+            if s is None:
+                s = skip[cid] = code.co_filename.startswith(_KIT_FILES)
+                self._codes[cid] = code
+            if not s:
+                key.append(cid)
+                key.append(f.f_lineno)
             f = f.f_back
+            depth += 1
         key = tuple(key)
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = len(self._stack_ids)
             self._stack_ids[key] = sid
-            self._new_stacks[sid] = [
-                f"File {c.co_filename}, line {ln}, in {c.co_name}, \n {linecache.getline(c.co_filename, ln).strip()}"
-                for c, ln in key
-            ]
+            frames = []
+            for i in range(0, len(key), 2):
+                c, ln = self._codes[key[i]], key[i + 1]
+                frames.append(f"File {c.co_filename}, line {ln}, in {c.co_name}, \n "
+                              f"{linecache.getline(c.co_filename, ln).strip()}")
+            self._new_stacks[sid] = frames
         return sid
 
     # ------------------------------------------------------------------ calls
@@ -271,37 +289,38 @@ class Recorder:
 
     def attach_module_backward(self, c: Call, args: Any, out: Any) -> None:
         """Module backward through tensor hooks on its outputs and inputs (no BackwardHook node is inserted,
-        so gradients are computed exactly as without the kit; the input side is the input tensor's full grad)."""
+        so gradients are computed exactly as without the kit; the input side is the input tensor's full grad).
+
+        One plain ``register_hook`` per tensor: each gradient becomes its row when autograd computes it.
+        """
         if not c.dump or not torch.is_grad_enabled():
             return
-        outs = [t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+        outs = [(p, t) for p, t in leaves(out if isinstance(out, (tuple, list, dict)) else [out])
+                if isinstance(t, torch.Tensor) and t.requires_grad]
         if not outs:
             return
-        ins = [t for _, t in walk(args, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+        ins = [(p, t) for p, t in leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
         bname = _backward_name(c.call)
         parent = _backward_name(c.parent) if c.parent else ""
         b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
                  stack_id=c.stack_id)
         recorder = self
 
-        def on_outputs(grads):
-            if recorder.active:
-                with recorder.working():
-                    b.index = recorder._take_index()
-                    recorder.construct[bname] = parent or None
-                    recorder.add_rows(b, "backward", "input", list(grads))
+        def hook_for(io: str, path: str):
+            def hook(grad):
+                if recorder.active:
+                    with recorder.working():
+                        if b.index < 0:
+                            b.index = recorder._take_index()
+                            recorder.construct[bname] = parent or None
+                        recorder.add_rows(b, "backward", io, grad, prefix=path)
+            return hook
 
-        def on_inputs(grads):
-            if recorder.active:
-                with recorder.working():
-                    if b.index < 0:
-                        b.index = recorder._take_index()
-                    recorder.add_rows(b, "backward", "output", list(grads))
-
-        reg = torch.autograd.graph.register_multi_grad_hook
-        self._handles.append(reg(outs, on_outputs, mode="all"))
-        if ins:
-            self._handles.append(reg(ins, on_inputs, mode="all"))
+        handles = self._handles
+        for path, t in outs:
+            handles.append(t.register_hook(hook_for("input", path)))
+        for path, t in ins:
+            handles.append(t.register_hook(hook_for("output", path)))
 
     def watch_parameters(self, module: torch.nn.Module, path: str) -> None:
         """Parameter gradients: a post-accumulate hook per parameter, removed when recording stops."""
