@@ -13,7 +13,7 @@ import sys
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ ROW_FIELDS = (
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """One recorded call (forward API, module forward, backward, parameter gradients)."""
 
@@ -54,7 +54,6 @@ class Call:
     rng: str = ""
     rng_state: str = ""
     dump: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 def _backward_name(call: str) -> str:
@@ -83,6 +82,7 @@ class Recorder:
         self.roots: weakref.WeakSet = weakref.WeakSet()
         self._stack_ids: dict[tuple, int] = {}
         self._skip_code: dict[int, bool] = {}
+        self._wanted: dict[tuple[str, str], bool] = {}
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
@@ -134,6 +134,14 @@ class Recorder:
         return True
 
     def wants(self, direction: str, io: str) -> bool:
+        """msprobe's data_mode filter (forward/backward/input/output), memoised per (direction, io)."""
+        key = (direction, io)
+        hit = self._wanted.get(key)
+        if hit is None:
+            hit = self._wanted[key] = self._data_mode_allows(direction, io)
+        return hit
+
+    def _data_mode_allows(self, direction: str, io: str) -> bool:
         modes = self.cfg.data_mode
         if not modes or "all" in modes:
             return True
@@ -267,7 +275,11 @@ class Recorder:
         """
         if not c.dump or not torch.is_grad_enabled():
             return
-        first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+        if isinstance(out, torch.Tensor):
+            first = out if out.grad_fn is not None else None
+        else:
+            first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None),
+                         None)
         if first is None or any(first is a and first.grad_fn is fn for a, fn in before):
             return
         recorder = self
