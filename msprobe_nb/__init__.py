@@ -8,15 +8,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from msprobe_nb.analysis.compare import CompareError, CompareResult, compare
-from msprobe_nb.analysis.determinism import check_determinism
-from msprobe_nb.analysis.grading import Thresholds
-from msprobe_nb.analysis.provenance import RandomTrace, trace_randomness
 from msprobe_nb.config import ConfigError, DumpConfig, load_config
 from msprobe_nb.debugger import Debugger, record
 from msprobe_nb.seeding import seed_all
-from msprobe_nb.store.dump import Dump, load
-from msprobe_nb.store.hdf5_reader import DumpFormatError
 
 __all__ = [
     "CompareError", "CompareResult", "CompareViewer", "ConfigError", "Debugger", "Dump", "DumpConfig",
@@ -24,13 +18,30 @@ __all__ = [
     "load_config", "record", "seed_all", "trace_randomness", "__version__",
 ]
 
+# The analysis side (pandas) and the viewers (ipywidgets, matplotlib) load on first use, so that a
+# training process that only records pays for neither in start-up time or memory.
+_LAZY = {
+    "CompareError": "msprobe_nb.analysis.compare", "CompareResult": "msprobe_nb.analysis.compare",
+    "compare": "msprobe_nb.analysis.compare", "check_determinism": "msprobe_nb.analysis.determinism",
+    "Thresholds": "msprobe_nb.analysis.grading", "RandomTrace": "msprobe_nb.analysis.provenance",
+    "trace_randomness": "msprobe_nb.analysis.provenance", "Dump": "msprobe_nb.store.dump",
+    "load": "msprobe_nb.store.dump", "DumpFormatError": "msprobe_nb.store.hdf5_reader",
+    "DumpViewer": "msprobe_nb.viewers", "CompareViewer": "msprobe_nb.viewers",
+}
+
 
 def __getattr__(name):
-    """The viewers import ipywidgets and matplotlib: load them only when asked for."""
-    if name in ("DumpViewer", "CompareViewer"):
-        from msprobe_nb import viewers
-        return getattr(viewers, name)
-    raise AttributeError(f"module 'msprobe_nb' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'msprobe_nb' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ipython):
