@@ -9,8 +9,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from msprobe_nb.config import ConfigError, DumpConfig, load_config
-from msprobe_nb.debugger import Debugger, record
-from msprobe_nb.seeding import seed_all
 
 __all__ = [
     "CompareError", "CompareResult", "CompareViewer", "ConfigError", "Debugger", "Dump", "DumpConfig",
@@ -18,9 +16,10 @@ __all__ = [
     "load_config", "record", "seed_all", "trace_randomness", "__version__",
 ]
 
-# The analysis side (pandas) and the viewers (ipywidgets, matplotlib) load on first use, so that a
-# training process that only records pays for neither in start-up time or memory.
+# Everything heavy loads on first use: recording (torch) is not needed to compare, the analysis side
+# (pandas) is not needed to record, and the viewers (ipywidgets, matplotlib) are needed by neither.
 _LAZY = {
+    "Debugger": "msprobe_nb.debugger", "record": "msprobe_nb.debugger", "seed_all": "msprobe_nb.seeding",
     "CompareError": "msprobe_nb.analysis.compare", "CompareResult": "msprobe_nb.analysis.compare",
     "compare": "msprobe_nb.analysis.compare", "check_determinism": "msprobe_nb.analysis.determinism",
     "Thresholds": "msprobe_nb.analysis.grading", "RandomTrace": "msprobe_nb.analysis.provenance",

@@ -52,13 +52,17 @@ def check_determinism(run_a, run_b) -> pd.DataFrame:
     m["call_index"] = m["call_index_a"].fillna(m["call_index_b"])
     m["io"] = m["io_a"].fillna(m["io_b"])
     m["rng"] = m["rng_a"].fillna("")
+    # a module whose forward made a random draw (nn.Dropout...) differs because of the draw, not a kernel
+    drawn = a.loc[(a["rng"] != "") & (a["rng"] != "dropout-off"), "parent"]
+    random_modules = {p for p in drawn if p}
+    random_modules |= {p.replace(".forward.", ".backward.") for p in random_modules}
     out = []
     for (step, rank, call), g in m.groupby(["step", "rank", "call"], sort=False):
         if g["same"].all():
             continue
         inputs_same = bool(g.loc[g["io"] != "output", "same"].all())
         rng = str(g["rng"].iloc[0] or "")
-        if rng and rng != "dropout-off":
+        if (rng and rng != "dropout-off") or call in random_modules:
             kind = "random"
         elif inputs_same:
             kind = "nondeterministic"

@@ -80,6 +80,11 @@ class Divergence:
     __repr__ = __str__
 
 
+def is_user_file(path: str) -> bool:
+    """True for the user's own code: not torch, not site-packages, not the kit's recording machinery."""
+    return not any(s in path for s in _INTERNAL)
+
+
 def user_frame(stack: list[str]) -> tuple[str | None, str | None]:
     """("file:line", source line) of the first frame outside torch, site-packages and msprobe_nb."""
     for fr in stack or []:
@@ -87,7 +92,7 @@ def user_frame(stack: list[str]) -> tuple[str | None, str | None]:
         if not m:
             continue
         path = m.group("path")
-        if any(s in path for s in _INTERNAL):
+        if not is_user_file(path):
             continue
         src = fr.split("\n", 1)[1].strip() if "\n" in fr else None
         return f"{path}:{m.group('line')}", src

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
+from msprobe_nb.capture.randomness import RANDOM_APIS
 
 TRACE_COLUMNS = ["step", "rank", "call", "role", "rng", "file", "line", "code", "note"]
 
@@ -92,7 +93,13 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         diverging = set(t["name"])
 
     def is_random(call: str) -> bool:
-        return call in first.index and str(first.at[call, "rng"] or "") not in ("", "dropout-off")
+        """A draw: the kit recorded its generator, or (msprobe dumps, which do not) its API draws."""
+        if call not in first.index:
+            return False
+        rng = str(first.at[call, "rng"] or "")
+        if rng:
+            return rng != "dropout-off"
+        return (str(first.at[call, "family"]), str(first.at[call, "op"])) in RANDOM_APIS
 
     def preds(call: str) -> list[str]:
         rows = inputs[inputs["call"] == call]

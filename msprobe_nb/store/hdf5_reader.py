@@ -6,14 +6,19 @@ not a readable dump of a supported version raises :class:`DumpFormatError` namin
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import struct
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 import pandas as pd
+from h5py import h5f, h5p
 
 from msprobe_nb.store.hdf5_writer import (
     COMMIT_MAGIC,
@@ -33,6 +38,8 @@ __all__ = ["DumpFormatError", "is_hdf5_dump", "rank_files", "read_hdf5"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _F = {name: i for i, name in enumerate(INDEX_FIELDS)}
+#: What h5py, numpy and the decoders raise on damaged files; turned into DumpFormatError.
+_READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
 _LENGTHS = [_F[g] for g in GROUPS] + [_F[f"u{w}"] for w in TENSOR_WIDTHS]
 _SLOTS = [_F[f"{g}_slot"] for g in GROUPS]
 
@@ -53,7 +60,7 @@ def rank_files(path: str | Path) -> list[tuple[int, Path]]:
 
 
 def _open(path: Path) -> h5py.File:
-    """Open read-only; falls back to SWMR read for files whose writer is running or was killed."""
+    """Open read-only; a file whose SWMR writer is running or was killed is opened in SWMR-read mode."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
@@ -64,15 +71,64 @@ def _open(path: Path) -> h5py.File:
     if head != HDF5_SIGNATURE and not h5py.is_hdf5(path):
         raise DumpFormatError(f"{str(path)!r}: not an HDF5 file (no HDF5 signature)")
     try:
-        return h5py.File(path, "r")
-    except OSError as first:
-        try:
-            return h5py.File(path, "r", swmr=True)
-        except OSError:
-            pass
+        return h5py.File(path, "r", locking="best-effort")
+    except _READ_ERRORS as e:
+        if "already open for write" not in str(e):
+            raise DumpFormatError(
+                f"{str(path)!r}: HDF5 file cannot be opened, it is truncated, corrupt or locked by a writer ({e})"
+            ) from None
+    _check_size(path)
+    try:
+        return h5py.File(h5f.open(os.fsencode(path), h5f.ACC_RDONLY | h5f.ACC_SWMR_READ, fapl=_swmr_fapl()))
+    except _READ_ERRORS as e:
+        raise DumpFormatError(f"{str(path)!r}: HDF5 file (left open by its writer) cannot be opened ({e})") from None
+
+
+def _check_size(path: Path) -> None:
+    """Refuse a file shorter than the end-of-file address its superblock (version 2 or 3) records.
+
+    A plain open does this check itself; SWMR-read mode skips it, and reading a truncated file in that
+    mode retries for minutes.
+    """
+    with open(path, "rb") as fh:
+        sb = fh.read(48)
+    if len(sb) < 12 or sb[8] not in (2, 3):
+        return
+    size = sb[9]
+    if size not in (4, 8) or len(sb) < 12 + 4 * size:
+        return
+    fmt = "<" + ("I" if size == 4 else "Q") * 4
+    base, _, eoa, _ = struct.unpack(fmt, sb[12:12 + 4 * size])
+    actual = path.stat().st_size
+    if actual < base + eoa:
         raise DumpFormatError(
-            f"{str(path)!r}: HDF5 file cannot be opened, it is truncated or corrupt ({first})"
-        ) from None
+            f"{str(path)!r}: truncated file ({actual} bytes, its HDF5 superblock says {base + eoa})"
+        )
+
+
+_READ_ATTEMPTS: Any = None
+
+
+def _swmr_fapl() -> h5p.PropFAID:
+    """File access list for SWMR reads with few metadata read retries (HDF5's default retries for minutes)."""
+    global _READ_ATTEMPTS
+    fapl = h5p.create(h5p.FILE_ACCESS)
+    fapl.set_file_locking(True, True)  # best effort, like the plain open
+    if _READ_ATTEMPTS is None:
+        _READ_ATTEMPTS = False
+        try:  # h5py does not wrap H5Pset_metadata_read_attempts; call it in the libhdf5 h5py has loaded
+            with open("/proc/self/maps") as fh:
+                libs = sorted({line.split()[-1] for line in fh if "libhdf5" in line and "_hl" not in line
+                               and "libhdf5" in line.split()[-1]})
+            if libs:
+                fn = ctypes.CDLL(libs[0]).H5Pset_metadata_read_attempts
+                fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_uint], ctypes.c_int
+                _READ_ATTEMPTS = fn
+        except (OSError, AttributeError):
+            pass
+    if _READ_ATTEMPTS:
+        _READ_ATTEMPTS(fapl.id, 20)
+    return fapl
 
 
 def _attr(v: Any) -> Any:
@@ -114,6 +170,13 @@ def _committed(index: np.ndarray) -> np.ndarray:
 
 
 # -- per-file decoding ----------------------------------------------------------------------
+def _starts(ends: np.ndarray) -> np.ndarray:
+    """Start offsets from cumulative end offsets."""
+    out = np.zeros(len(ends), dtype=np.int64)
+    out[1:] = ends[:-1]
+    return out
+
+
 def _decode_strings(buf: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The interned string table as an object array (UTF-8 bytes + cumulative end offsets)."""
     n = len(ends)
@@ -122,7 +185,7 @@ def _decode_strings(buf: np.ndarray, ends: np.ndarray) -> np.ndarray:
         return out
     if np.any(np.diff(ends) < 0) or ends[0] < 0 or ends[-1] > len(buf):
         raise ValueError("string table offsets are not increasing or run past the byte buffer")
-    starts = np.concatenate(([0], ends[:-1]))
+    starts = _starts(ends)
     raw = buf.tobytes()
     if raw.isascii():
         text = raw.decode("ascii")
@@ -135,9 +198,19 @@ def _decode_strings(buf: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
+def _dataset(f: h5py.File, path: str) -> h5py.Dataset:
+    try:
+        ds = f[path]
+    except KeyError:
+        raise ValueError(f"dataset /{path} is missing") from None
+    if not isinstance(ds, h5py.Dataset):
+        raise ValueError(f"/{path} is not a dataset")
+    return ds
+
+
 def _read_rows(f: h5py.File, path: str, length: int, slot: int, ranges: list[tuple[int, int]]) -> np.ndarray:
     """Rows ``ranges`` of one group column: whole chunks from ``/path``, the rest from ``/tail/path``."""
-    main, tail = f[path], f[f"tail/{path}"]
+    main, tail = _dataset(f, path), _dataset(f, f"tail/{path}")
     if main.ndim != 1 or tail.ndim != 2 or tail.shape[0] != 2:
         raise ValueError(f"dataset {path} or tail/{path} has an unexpected shape")
     m = length // tail.shape[1] * tail.shape[1]
@@ -172,24 +245,24 @@ class _File:
     def __init__(self, path: Path, steps: set[int] | None) -> None:
         self.path = path
         with _open(path) as f:
-            self.attrs = _check_header(f, path)
             try:
+                self.attrs = _check_header(f, path)
                 self._read(f, steps)
             except DumpFormatError:
                 raise
-            except (OSError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+            except _READ_ERRORS as e:
                 raise DumpFormatError(
                     f"{str(path)!r}: corrupt or incomplete dump ({type(e).__name__}: {e})"
                 ) from None
 
     def _read(self, f: h5py.File, steps: set[int] | None) -> None:
-        index = _committed(f["index/steps"][()])
+        index = _committed(_dataset(f, "index/steps")[()])
         last = index[-1] if len(index) else np.zeros(len(INDEX_FIELDS), np.int64)
         end = {k: int(last[_F[k]]) for k in INDEX_FIELDS[1:-1]}
         group_of = {path: g for g, (_, cols) in GROUPS.items() for path in cols}
         self.rank = int(self.attrs.get("rank", 0))
         row_end = index[:, _F["calls"]]
-        row_start = np.concatenate(([0], row_end[:-1]))
+        row_start = _starts(row_end)
         commit_steps = index[:, _F["step"]]
         keep = np.ones(len(index), bool) if steps is None else np.isin(commit_steps, list(steps))
         ranges = _merge_ranges(zip(row_start[keep].tolist(), row_end[keep].tolist(), strict=True))
@@ -206,32 +279,40 @@ class _File:
         self.vocab = _decode_strings(whole("strings/bytes"), whole("strings/ends"))
         dims = whole("shapes/dims")
         s_end = whole("shapes/ends")
-        s_start = np.concatenate(([0], s_end[:-1]))
+        s_start = _starts(s_end)
         self.shapes = [tuple(dims[a:b].tolist()) for a, b in zip(s_start.tolist(), s_end.tolist(), strict=True)]
         ids = whole("stacks/id")
         k_end = whole("stacks/ends")
         frames = whole("stacks/frames")
         self._check_ids(frames, "stacks/frames")
-        k_start = np.concatenate(([0], k_end[:-1]))
+        k_start = _starts(k_end)
         self.stacks = {
             int(i): self.vocab[frames[a:b]].tolist()
             for i, a, b in zip(ids.tolist(), k_start.tolist(), k_end.tolist(), strict=True)
         }
-        self.con_step = whole("construct/step")
-        self.con_call = whole("construct/call")
-        self.con_parent = whole("construct/parent")
-        self._check_ids(self.con_call, "construct/call")
-        self._check_ids(self.con_parent, "construct/parent", allow_missing=True)
+        con_step, con_call, con_parent = (whole(f"construct/{k}") for k in ("step", "call", "parent"))
+        self._check_ids(con_call, "construct/call")
+        self._check_ids(con_parent, "construct/parent", allow_missing=True)
         if steps is not None:
-            m = np.isin(self.con_step, list(steps))
-            self.con_step, self.con_call, self.con_parent = self.con_step[m], self.con_call[m], self.con_parent[m]
+            m = np.isin(con_step, list(steps))
+            con_step, con_call, con_parent = con_step[m], con_call[m], con_parent[m]
+        self.tree = _Tree(self.rank, self.vocab, con_step, con_call, con_parent)
         self.tensors = {k: whole(f"tensors/{k}") for k in ("name", "step", "buffer", "offset", "count",
                                                                  "dtype", "shape")}
-        self._check_ids(self.tensors["name"], "tensors/name")
+        t = self.tensors
+        self._check_ids(t["name"], "tensors/name")
+        self._check_ids(t["dtype"], "tensors/dtype")
+        if len(t["shape"]) and (t["shape"].min() < 0 or t["shape"].max() >= len(self.shapes)):
+            raise ValueError("tensors/shape refers to shapes outside the shape table")
         for w in TENSOR_WIDTHS:  # every committed tensor byte must be present
-            have = f[f"tensors/u{w}"].shape[0]
-            if have < end[f"u{w}"]:
-                raise ValueError(f"dataset tensors/u{w} has {have} entries but the commit index says {end[f'u{w}']}")
+            have = _dataset(f, f"tensors/u{w}").shape[0]
+            mine = t["buffer"] == w
+            stop = int((t["offset"][mine] + t["count"][mine]).max()) if mine.any() else 0
+            if have < end[f"u{w}"] or end[f"u{w}"] < stop or (mine.any() and t["offset"][mine].min() < 0):
+                raise ValueError(f"tensors/u{w} has {have} entries; the commit index says {end[f'u{w}']} and the "
+                                 f"tensor index needs {stop}")
+        if not np.isin(t["buffer"], TENSOR_WIDTHS).all():
+            raise ValueError("tensors/buffer holds an unknown buffer width")
 
     def _check_ids(self, ids: np.ndarray, name: str, allow_missing: bool = False) -> None:
         if len(ids) and (ids.max() >= len(self.vocab) or ids.min() < (-1 if allow_missing else 0)):
@@ -274,25 +355,36 @@ class _File:
 
 
 # -- side tables -----------------------------------------------------------------------------
+@dataclass
+class _Tree:
+    """One rank's construct rows (string ids into ``vocab``; parent -1 = top level)."""
+
+    rank: int
+    vocab: np.ndarray
+    step: np.ndarray
+    call: np.ndarray
+    parent: np.ndarray
+
+
 class ConstructByStep(Mapping):
     """``{(rank, step): {call: parent}}``, built per key on first access (the merged tree is eager)."""
 
-    def __init__(self, files: list[_File]) -> None:
-        self._src: dict[tuple[int, int], tuple[_File, np.ndarray]] = {}
-        for fl in files:
-            if not len(fl.con_step):
+    def __init__(self, trees: list[_Tree]) -> None:
+        self._src: dict[tuple[int, int], tuple[_Tree, np.ndarray]] = {}
+        for tr in trees:
+            if not len(tr.step):
                 continue
-            order = np.argsort(fl.con_step, kind="stable")
-            steps, starts = np.unique(fl.con_step[order], return_index=True)
+            order = np.argsort(tr.step, kind="stable")
+            steps, starts = np.unique(tr.step[order], return_index=True)
             bounds = np.append(starts, len(order))
             for s, a, b in zip(steps.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-                self._src[(fl.rank, int(s))] = (fl, order[a:b])
+                self._src[(tr.rank, int(s))] = (tr, order[a:b])
         self._cache: dict[tuple[int, int], dict[str, str | None]] = {}
 
     def __getitem__(self, key: tuple[int, int]) -> dict[str, str | None]:
         if key not in self._cache:
-            fl, rows = self._src[key]
-            self._cache[key] = _pairs(fl, rows)
+            tr, rows = self._src[key]
+            self._cache[key] = _pairs(tr, rows)
         return self._cache[key]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
@@ -305,22 +397,22 @@ class ConstructByStep(Mapping):
         return f"ConstructByStep({len(self)} (rank, step) keys)"
 
 
-def _pairs(fl: _File, rows: np.ndarray) -> dict[str, str | None]:
-    calls = fl.vocab[fl.con_call[rows]].tolist()
-    parents = fl.con_parent[rows]
-    names = fl.vocab[np.maximum(parents, 0)].tolist()
+def _pairs(tr: _Tree, rows: np.ndarray) -> dict[str, str | None]:
+    calls = tr.vocab[tr.call[rows]].tolist()
+    parents = tr.parent[rows]
+    names = tr.vocab[np.maximum(parents, 0)].tolist()
     return {c: (p if q >= 0 else None) for c, p, q in zip(calls, names, parents.tolist(), strict=True)}
 
 
-def _merged_construct(files: list[_File]) -> dict[str, str | None]:
+def _merged_construct(trees: list[_Tree]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for fl in files:
-        if not len(fl.con_call):
+    for tr in trees:
+        if not len(tr.call):
             continue
-        key = fl.con_call.astype(np.int64) * (len(fl.vocab) + 1) + fl.con_parent + 1
+        key = tr.call.astype(np.int64) * (len(tr.vocab) + 1) + tr.parent + 1
         _, first_rev = np.unique(key[::-1], return_index=True)
         rows = np.sort(len(key) - 1 - first_rev)  # last occurrence of each pair, in write order
-        out.update(_pairs(fl, rows))
+        out.update(_pairs(tr, rows))
     return out
 
 
@@ -382,12 +474,15 @@ class TensorLoader:
         with _open(p) as f:
             try:
                 arr = f[f"tensors/u{width}"][offset:offset + count]
-            except (OSError, KeyError, ValueError) as e:
+            except _READ_ERRORS as e:
                 raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
         if len(arr) != count:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
-        raw = torch.from_numpy(arr.view(np.uint8))
-        return raw.view(dtype).reshape(shape)
+        try:
+            return torch.from_numpy(arr.view(np.uint8)).view(dtype).reshape(shape)
+        except RuntimeError as e:
+            raise DumpFormatError(
+                f"{path!r}: tensor {data_name!r} does not fit {dtype_name}{list(shape)} ({e})") from None
 
 
 def _tensor_entries(files: list[_File]) -> dict[str, tuple[str, int, int, int, str, tuple[int, ...]]]:
@@ -432,7 +527,7 @@ def is_hdf5_dump(path: str | Path) -> bool:
                 return False
         with _open(files[0]) as f:
             return _attr(f.attrs.get("format")) == FORMAT_NAME
-    except (OSError, DumpFormatError):
+    except (*_READ_ERRORS, DumpFormatError):
         return False
 
 
@@ -455,10 +550,11 @@ def read_hdf5(path: str | Path, *, steps: Iterable[int] | None = None) -> DumpPa
     stacks, remaps = _merge_stacks(files)
     for fl, remap in zip(files, remaps, strict=True):
         if remap is not None:
-            col = fl.cols["stack_id"].copy()
-            for old, new in remap.T.tolist():
-                col[fl.cols["stack_id"] == old] = new
-            fl.cols["stack_id"] = col
+            sid = fl.cols["stack_id"]
+            order = np.argsort(remap[0])
+            old, new = remap[0][order], remap[1][order]
+            pos = np.minimum(np.searchsorted(old, sid), len(old) - 1)
+            fl.cols["stack_id"] = np.where(old[pos] == sid, new[pos], sid).astype(np.int32)
 
     data: dict[str, Any] = {}
     for col in COLUMNS:
@@ -496,13 +592,13 @@ def read_hdf5(path: str | Path, *, steps: Iterable[int] | None = None) -> DumpPa
     meta["steps"] = sorted(set().union(*(fl.steps for fl in files)))
     meta["files"] = [str(fl.path) for fl in files]
     meta["rank_attrs"] = {fl.rank: fl.attrs for fl in files}
-    meta["construct_by_step"] = ConstructByStep(files)
+    meta["construct_by_step"] = ConstructByStep([fl.tree for fl in files])
     loader = TensorLoader(_tensor_entries(files), str(path))
     meta["tensors"] = len(loader.names())
     return DumpParts(
         calls=calls,
         stacks=stacks,
-        construct=_merged_construct(files),
+        construct=_merged_construct([fl.tree for fl in files]),
         meta=meta,
         tensor_loader=loader,
         source=str(path),

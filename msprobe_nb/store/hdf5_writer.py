@@ -14,9 +14,9 @@ import re
 import warnings
 from collections.abc import Mapping
 from contextlib import suppress
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import h5py
 import numpy as np
@@ -74,9 +74,6 @@ GROUPS: dict[str, tuple[int, dict[str, str]]] = {
 #: committed length of each tensor buffer; the commit marker.
 INDEX_FIELDS = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
                 + [f"u{w}" for w in TENSOR_WIDTHS] + ["commit"])
-TABLE_COMPRESSION = "lzf"
-import os as _os
-_TABLE_FILTER = {"compression": "gzip", "compression_opts": 1, "shuffle": True} if _os.environ.get("GZ") else {"compression": "lzf", "shuffle": bool(_os.environ.get("SH"))}
 TENSOR_CHUNK_BYTES = 1 << 20  # bytes per chunk of a tensor buffer; each step starts a fresh chunk
 
 
@@ -180,13 +177,13 @@ class _Group:
     leftover rows go to the other slot. A kill therefore never damages what the last commit points to.
     """
 
-    def __init__(self, f: h5py.File, name: str, chunk: int, columns: dict[str, str]) -> None:
+    def __init__(self, f: h5py.File, name: str, chunk: int, columns: dict[str, str], filt: dict[str, Any]) -> None:
         self.name, self.chunk = name, chunk
         self.main: dict[str, h5py.Dataset] = {}
         self.tail: dict[str, h5py.Dataset] = {}
         for path, dtype in columns.items():
             self.main[path] = f.create_dataset(
-                path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), **_TABLE_FILTER,
+                path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
                 track_times=False)
             self.tail[path] = f.create_dataset(
                 f"tail/{path}", shape=(2, chunk), dtype=dtype, chunks=(1, chunk), track_times=False)
@@ -221,30 +218,58 @@ class _Group:
         self.length, self.slot, self.buf = state
 
 
+def _write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: int) -> None:
+    """Write ``arrays`` back to back from ``start`` (a chunk boundary), one whole chunk per write.
+
+    Small arrays are gathered until they fill a chunk; large ones are written from views. No chunk is
+    written twice and at most one chunk is copied at a time.
+    """
+    pos, pieces, filled = start, [], 0
+    for a in arrays:
+        if filled and filled + len(a) >= chunk:
+            need = chunk - filled
+            ds[pos:pos + chunk] = np.concatenate([*pieces, a[:need]])
+            pos, pieces, filled, a = pos + chunk, [], 0, a[need:]
+        if not filled:
+            cut = len(a) // chunk * chunk
+            if cut:
+                ds[pos:pos + cut] = a[:cut]
+                pos, a = pos + cut, a[cut:]
+        if len(a):
+            pieces.append(a)
+            filled += len(a)
+    if filled:
+        ds[pos:pos + filled] = np.concatenate(pieces)
+
+
 class DumpWriter:
     """Append steps of the calls table (plus stacks, module tree and tensors) to ``dump_dir/rank{rank}.h5``.
 
     ``write_step`` converts and validates everything first, then appends, flushes, and finally
     appends the commit row; after it returns the step is durable. ``swmr=True`` (the default) opens
     the file in HDF5 single-writer/multiple-reader mode, so a notebook can read a running dump and a
-    kill inside ``write_step`` leaves the earlier steps readable. ``tensor_compression`` is ``"lzf"``
-    (fast) or a gzip level 0-9 (portable to non-h5py readers).
+    kill inside ``write_step`` leaves the earlier steps readable. ``compression`` (tables and tensors,
+    always with the shuffle filter) is ``"lzf"`` (fast, h5py only) or a gzip level 0-9 (any HDF5 reader).
     """
 
     def __init__(self, dump_dir: str | Path, rank: int = 0, meta: Mapping[str, Any] | None = None, *,
-                 swmr: bool = True, tensor_compression: str | int = "lzf") -> None:
+                 swmr: bool = True, compression: str | int = "lzf") -> None:
         self.rank = int(rank)
         self.dump_dir = Path(dump_dir)
         self.path = self.dump_dir / f"rank{self.rank}.h5"
         self._file: h5py.File | None = None
-        if tensor_compression != "lzf" and not (isinstance(tensor_compression, int) and 0 <= tensor_compression <= 9):
-            raise ValueError(f"tensor_compression must be 'lzf' or a gzip level 0-9, not {tensor_compression!r}")
+        if compression == "lzf":
+            filt: dict[str, Any] = {"compression": "lzf"}
+        elif isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 9:
+            filt = {"compression": "gzip", "compression_opts": compression}
+        else:
+            raise ValueError(f"compression must be 'lzf' or a gzip level 0-9, not {compression!r}")
         meta_json = json.dumps(dict(meta or {}), default=_json_default, ensure_ascii=False)
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             raise FileExistsError(f"{str(self.path)!r} already exists; use resolve_dump_dir() to pick a fresh path")
         libver = ("v110", "v110") if swmr else ("earliest", "v110")
-        f = h5py.File(self.path, "x", libver=libver)
+        f = h5py.File(self.path, "x", libver=libver, locking="best-effort")
         try:
             a = f.attrs
             a["format"] = FORMAT_NAME
@@ -252,23 +277,21 @@ class DumpWriter:
             a["layout_version"] = LAYOUT_VERSION
             a["tool"] = TOOL_NAME
             a["tool_version"] = _tool_version()
-            a["created"] = datetime.now(UTC).isoformat(timespec="seconds")
+            a["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             a["rank"] = self.rank
             a["meta"] = meta_json
             a["columns"] = json.dumps(STORED_COLUMNS)
             a["h5py_version"] = h5py.version.version
             a["hdf5_version"] = h5py.version.hdf5_version
-            self._groups = {g: _Group(f, g, chunk, cols) for g, (chunk, cols) in GROUPS.items()}
+            self._groups = {g: _Group(f, g, chunk, cols, filt) for g, (chunk, cols) in GROUPS.items()}
             for col in STORED_COLUMNS:
                 enc = ENCODINGS[COLUMNS[col][0]][1]
                 f[f"calls/{col}"].attrs["encoding"] = enc
                 if enc == "nullable_int64":
                     f[f"calls/{col}"].attrs["na_value"] = INT_NA
-            gz = {"compression": "gzip", "compression_opts": tensor_compression} if isinstance(
-                tensor_compression, int) else {"compression": tensor_compression}
             self._buffers = {
                 w: f.create_dataset(f"tensors/u{w}", shape=(0,), maxshape=(None,), dtype=f"uint{8 * w}",
-                                    chunks=(TENSOR_CHUNK_BYTES // w,), shuffle=w > 1, track_times=False, **gz)
+                                    chunks=(TENSOR_CHUNK_BYTES // w,), shuffle=w > 1, track_times=False, **filt)
                 for w in TENSOR_WIDTHS
             }
             k = len(INDEX_FIELDS)
@@ -327,11 +350,14 @@ class DumpWriter:
     def _string_ids(self, col: str, values: Any) -> np.ndarray:
         arr = _object_array(values)
         codes, uniques = pd.factorize(arr, use_na_sentinel=True)
-        ids = np.empty(len(uniques) + 1, dtype=np.int32)
-        for k, u in enumerate(uniques):
-            ids[k] = self._intern(u if isinstance(u, str) else str(u))
-        ids[-1] = 0  # code -1 (None / NA) -> ""
-        return ids[codes]
+        uniq = list(uniques)
+        if not all(type(u) is str for u in uniq):
+            uniq = [u if isinstance(u, str) else str(u) for u in uniq]
+        found = list(map(self._strings.get, uniq))  # known strings without a Python-level loop
+        if None in found:
+            found = [self._intern(u) if i is None else i for u, i in zip(uniq, found)]
+        found.append(0)  # code -1 (None / NA) -> ""
+        return np.asarray(found, dtype=np.int32)[codes]
 
     def _shape_column(self, values: Any) -> np.ndarray:
         out = np.empty(len(values), dtype=np.int32)
@@ -536,8 +562,7 @@ class DumpWriter:
                 ends[w] = -(-pos // chunk) * chunk
                 ds = self._buffers[w]
                 ds.resize((ends[w],))
-                if pos > start:
-                    ds[start:pos] = np.concatenate([d for _, d, _, _ in parts])
+                _write_packed(ds, start, [d for _, d, _, _ in parts], chunk)
             k = len(rows["name"])
             cols = {f"tensors/{key}": np.asarray(v, GROUPS["tensors"][1][f"tensors/{key}"]) for key, v in rows.items()}
             cols["tensors/step"] = np.full(k, step, np.int32)
@@ -565,7 +590,7 @@ class DumpWriter:
             with suppress(OSError, RuntimeError, ValueError):  # already invalid after an HDF5 error
                 f.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> DumpWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

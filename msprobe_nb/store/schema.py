@@ -87,7 +87,7 @@ def coerce_calls(df: pd.DataFrame) -> pd.DataFrame:
         else:  # nullable Int64 / boolean
             s = pd.Series([pd.NA] * n, index=df.index)
         out[col] = s.astype(dtype) if dtype != "object" else s
-    return pd.DataFrame(out, index=df.index)
+    return pd.DataFrame(out, index=df.index, copy=False)
 
 
 @dataclass

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from msprobe_nb.analysis.divergence import is_user_file
+
 from . import plots as P
 from .table import (
     CRITERIA,
@@ -30,8 +32,6 @@ __all__ = ["Detail", "DumpViewer", "ViewerState", "parse_frames"]
 
 PAGE_SIZES = (25, 50, 100, 200, 500)
 _FRAME = re.compile(r'File "?(?P<file>.+?)"?, line (?P<line>\d+)(?:, in (?P<func>[^,\n]+))?')
-_INTERNAL = ("site-packages", "dist-packages", "/torch/", "\\torch\\", "msprobe_nb", "/msprobe/", "\\msprobe\\",
-             "<frozen ", "/lib/python3", "<string>")
 
 
 @dataclass
@@ -108,7 +108,7 @@ def parse_frames(stack: list[str]) -> pd.DataFrame:
             continue
         f = m.group("file")
         rows.append({"file": f, "line": int(m.group("line")), "func": (m.group("func") or "").strip(),
-                     "code": code, "user": not any(s in f for s in _INTERNAL)})
+                     "code": code, "user": is_user_file(f)})
     return pd.DataFrame(rows, columns=["file", "line", "func", "code", "user"])
 
 
