@@ -123,6 +123,8 @@ class Debugger:
             self._random = RandomPolicy(cfg)
             self._random.recorder = self._recorder
         rec = self._recorder
+        if first:
+            self._agree_on_dump_dir()
         if cfg.rank and rec.rank not in cfg.rank:
             return self  # this rank is not dumped: run untouched
         model = model if model is not None else self.model
@@ -132,6 +134,19 @@ class Debugger:
         if rec.wants_step():
             self._attach()
         return self
+
+    def _agree_on_dump_dir(self) -> None:
+        """With several ranks, rank 0 picks the dump folder and tells the others (a collective, so every
+        rank calls ``start()``); otherwise the first rank's file would send the others to ``<path>_1``."""
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return
+        from msprobe_nb.store.hdf5_writer import resolve_dump_dir
+        box = [None]
+        if dist.get_rank() == 0:
+            box[0] = str(resolve_dump_dir(self.config.dump_path, on_exists=self.config.on_exists))
+        dist.broadcast_object_list(box, src=0)
+        self.dump_dir = Path(box[0])
 
     def _attach(self) -> None:
         """Install what the level needs; a step the config filters out runs with nothing installed."""
@@ -216,7 +231,8 @@ class Debugger:
     def _open_writer(self):
         from msprobe_nb.store.hdf5_writer import DumpWriter, resolve_dump_dir
         cfg = self.config
-        self.dump_dir = resolve_dump_dir(cfg.dump_path, on_exists=cfg.on_exists)
+        if self.dump_dir is None:
+            self.dump_dir = resolve_dump_dir(cfg.dump_path, on_exists=cfg.on_exists)
         meta = {
             "task": cfg.task, "level": cfg.level, "framework": cfg.framework, "summary_mode": cfg.summary_mode,
             "config": cfg.to_dict(), "torch_version": torch.__version__, "device_type": _device_type(),
