@@ -7,6 +7,7 @@ debuggers may exist (no process-wide singleton), but only one records at a time.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import platform
 import socket
@@ -76,6 +77,7 @@ class Debugger:
         self._seed_report = None
         self._closed = False
         self._steps_written: set[int] = set()
+        self._froze = False
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -165,11 +167,20 @@ class Debugger:
             self._api_mode.__enter__()
         if record_apis:
             self._random.install()
+        # Recording allocates many small objects; without this, the cyclic GC would rescan every object
+        # torch and the model own (often 300,000) again and again. Frozen objects are only exempt from
+        # scanning until stop() (nothing frozen if the user froze objects themselves).
+        if not self._froze and gc.get_freeze_count() == 0:
+            gc.freeze()
+            self._froze = True
         rec.active = True
 
     def _detach(self) -> None:
         rec = self._recorder
         rec.active = False
+        if self._froze:
+            gc.unfreeze()
+            self._froze = False
         for attr in ("_api_mode", "_aten_mode"):
             mode = getattr(self, attr)
             if mode is not None:

@@ -412,24 +412,28 @@ class Recorder:
         """Columns of this step's rows (with statistics read back once) and the tensors, or None if empty."""
         if not self.rows:
             return None
+        import pandas as pd  # the writer needs pandas anyway; nullable counts are pandas arrays
+
         stats, hashes = self.summarizer.materialize()
         cols = list(zip(*self.rows))
         out: dict[str, Any] = {}
         for f, i in _F.items():
             if not f.startswith("_"):
-                out[f] = list(cols[i])
+                out[f] = cols[i]
         sidx = np.asarray(cols[_F["_stat"]], dtype=np.int64)
         has = sidx >= 0
+        # one padded row of NaN stands for "no statistics" (values, None, tensors without data)
+        padded = np.vstack([stats, np.full((1, 7), np.nan)]) if len(stats) else np.full((1, 7), np.nan)
+        picked = padded[np.where(has, sidx, len(padded) - 1)]
         for j, col in enumerate(("max", "min", "mean", "norm")):
-            v = np.full(len(sidx), np.nan)
-            v[has] = stats[sidx[has], j]
-            out[col] = v
+            out[col] = picked[:, j]
         for j, col in ((4, "nan_count"), (5, "posinf_count"), (6, "neginf_count")):
-            v = np.full(len(sidx), np.nan)
-            v[has] = stats[sidx[has], j]
-            out[col] = [None if not h or np.isnan(x) else int(x) for h, x in zip(has, v)]
+            v = picked[:, j]
+            missing = np.isnan(v)
+            out[col] = pd.arrays.IntegerArray(np.where(missing, 0, v).astype(np.int64), missing)
         if hashes:
-            out["hash"] = [hashes[i] if i >= 0 else "" for i in sidx]
+            hx = np.asarray(hashes + [""], dtype=object)
+            out["hash"] = hx[np.where(has, sidx, len(hashes))]
         tensors: dict[str, torch.Tensor] = {}
         data_names = [""] * len(sidx)
         if self.summarizer.keep_tensors:
@@ -489,6 +493,8 @@ def _dtype_name(dtype) -> str:
 
 
 def _device_name(t: torch.Tensor) -> str:
+    if t.is_cpu:
+        return "cpu"
     try:
         return str(t.device)
     except RuntimeError:

@@ -101,9 +101,9 @@ def _crc32(t: torch.Tensor) -> str:
 
 def has_storage(t: torch.Tensor) -> bool:
     """False for meta, fake and other tensors without data, whose values cannot be summarised."""
-    if t.device.type == "meta" or t.is_sparse or t.is_quantized:
-        return False
-    return type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)
+    if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+        return False  # fake, functional and other subclass tensors
+    return not (t.is_meta or t.is_sparse or t.is_quantized)
 
 
 class Summarizer:
@@ -123,13 +123,13 @@ class Summarizer:
 
     def summarize(self, t: torch.Tensor) -> int:
         """Index of ``t``'s summary in this step's buffers (-1 when it has no data)."""
-        if not has_storage(t):
-            return -1
         key = id(t)
         version = t._version
         hit = self._cache.get(key)
         if hit is not None and hit[1] == version and hit[0]() is t:
             return hit[2]
+        if not has_storage(t):
+            return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
         d = t.detach() if t.requires_grad else t
         on_cpu = d.device.type == "cpu"
@@ -152,13 +152,16 @@ class Summarizer:
     def materialize(self) -> tuple[np.ndarray, list[str]]:
         """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
         n = len(self._values)
-        out = np.full((n, 7), np.nan)
         device_rows: dict[torch.device, list[int]] = {}
-        for i, v in enumerate(self._values):
-            if isinstance(v, tuple):
-                out[i] = v
-            else:
-                device_rows.setdefault(v.device, []).append(i)
+        try:  # all on the CPU: one conversion of the list of tuples
+            out = np.array(self._values, dtype=np.float64).reshape(n, 7)
+        except (TypeError, ValueError):
+            out = np.full((n, 7), np.nan)
+            for i, v in enumerate(self._values):
+                if isinstance(v, tuple):
+                    out[i] = v
+                else:
+                    device_rows.setdefault(v.device, []).append(i)
         for _dev, rows in device_rows.items():
             out[rows] = torch.stack([self._values[i] for i in rows]).cpu().numpy()
         if device_rows or self.want_hash or self.keep_tensors:
