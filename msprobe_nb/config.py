@@ -218,6 +218,7 @@ class DumpConfig:
     host_random: bool = False
     on_exists: str = "new"
     stack: bool = True
+    compress_tensors: bool = False
     framework: str = "pytorch"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -231,7 +232,7 @@ class DumpConfig:
         self.step = _as_ids("step", self.step)
         self.level = _as_choice("level", self.level, LEVELS)
         self.seed = _as_seed("seed", self.seed)
-        for key in ("is_deterministic", "async_dump", "dropout_off", "host_random", "stack"):
+        for key in ("is_deterministic", "async_dump", "dropout_off", "host_random", "stack", "compress_tensors"):
             setattr(self, key, _as_bool(key, getattr(self, key)))
         self.scope = _as_strs("scope", self.scope)
         if len(self.scope) not in (0, 2):

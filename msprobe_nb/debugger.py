@@ -252,18 +252,20 @@ class Debugger:
         }
         if self._seed_report is not None:
             meta["seed_report"] = str(self._seed_report)
-        self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta)
+        self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta,
+                                  tensor_compression="lzf" if cfg.compress_tensors else None)
 
     def _flush(self) -> None:
         rec = self._recorder
         if rec is None:
             return
-        data = rec.materialize()
-        if data is None:
-            return
-        if self._writer is None:
-            self._open_writer()
-        self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
+        with rec.working():  # the kit's own torch calls (tensor copies, hashes) are never recorded
+            data = rec.materialize()
+            if data is None:
+                return
+            if self._writer is None:
+                self._open_writer()
+            self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
         self._steps_written.add(rec.step)
         rec.take_new_stacks()
         rec.rows = []

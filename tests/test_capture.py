@@ -430,3 +430,31 @@ def test_rank_filter_leaves_other_ranks_untouched(tmp_path, monkeypatch):
     torch.relu(torch.ones(2))
     dbg.close()
     assert dbg.dump_dir is None  # rank 1 is not dumped: nothing written
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_the_kits_own_writes_are_never_recorded(task, tmp_path):
+    """Writing a step (tensor copies, byte views) happens while recording: none of it may be seen as a call."""
+    lin = nn.Linear(3, 3)
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", task=task)
+    dbg.start(lin)
+    lin(torch.randn(2, 3)).sum().backward()
+    dbg.step()  # opens the writer
+    rec, writer = dbg._recorder, dbg._writer
+    seen = []
+    original = writer.write_step
+
+    def write_step(*args, **kwargs):
+        before = rec.call_index
+        original(*args, **kwargs)
+        seen.append(rec.call_index - before)
+
+    writer.write_step = write_step
+    for _ in range(2):
+        lin(torch.randn(2, 3)).sum().backward()
+        dbg.step()
+    dbg.close()
+    assert seen == [0, 0]
+    calls = read_hdf5(tmp_path / "d").calls
+    per_step = [list(dict.fromkeys(calls[calls.step == s].call)) for s in range(3)]
+    assert per_step[0] == per_step[1] == per_step[2]

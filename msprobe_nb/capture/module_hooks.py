@@ -79,7 +79,7 @@ class ModuleHooks:
                 rec.add_rows(c, "forward", "output", output if isinstance(output, (tuple, list, dict)) else [output],
                              set_producer=True)
                 if c.dump:
-                    params = dict(module.named_parameters(recurse=False))
+                    params = {k: v for k, v in module._parameters.items() if v is not None}
                     if params:
                         rec.add_rows(c, "forward", "parameters", params)
                     rec.attach_module_backward(c, args, output)

@@ -173,7 +173,7 @@ class Recorder:
                 self._codes[cid] = code
             if not s:
                 key.append(cid)
-                key.append(f.f_lineno)
+                key.append(f.f_lasti)  # the instruction: cheaper than f_lineno, turned into a line once below
             f = f.f_back
             depth += 1
         key = tuple(key)
@@ -183,7 +183,8 @@ class Recorder:
             self._stack_ids[key] = sid
             frames = []
             for i in range(0, len(key), 2):
-                c, ln = self._codes[key[i]], key[i + 1]
+                c = self._codes[key[i]]
+                ln = _line_of(c, key[i + 1])
                 frames.append(f"File {c.co_filename}, line {ln}, in {c.co_name}, \n "
                               f"{linecache.getline(c.co_filename, ln).strip()}")
             self._new_stacks[sid] = frames
@@ -339,7 +340,9 @@ class Recorder:
         if self.cfg.level not in ("L0", "mix"):
             return
         cls = type(module).__name__
-        for pname, p in module.named_parameters(recurse=False):
+        for pname, p in module._parameters.items():
+            if p is None:
+                continue
             if id(p) in self._param_hooks or not p.requires_grad:
                 continue
             self._param_hooks[id(p)] = p.register_post_accumulate_grad_hook(
@@ -462,6 +465,14 @@ class Recorder:
             warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
                           RuntimeWarning, stacklevel=3)
         self.errors.append(msg)
+
+
+def _line_of(code, lasti: int) -> int:
+    """Source line of the instruction at byte offset ``lasti`` (what ``frame.f_lineno`` reports)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 class _Working:
