@@ -161,6 +161,26 @@ def test_tensors_round_trip_bit_exact(tmp_path):
         load("nope")
 
 
+@pytest.mark.parametrize("compression", ["same", None])
+def test_tensor_reads_through_the_block_cache(tmp_path, compression, monkeypatch):
+    """Many tensors across several cache blocks, in and out of order; callers may modify what they get."""
+    from msprobe_nb.store.hdf5_reader import TensorLoader
+    monkeypatch.setattr(TensorLoader, "BLOCK_BYTES", 1 << 16)  # small blocks: many boundaries
+    monkeypatch.setattr(TensorLoader, "MAX_BLOCKS", 2)
+    g = torch.Generator().manual_seed(3)
+    tensors = {f"t{i}": torch.randn(int(torch.randint(1, 9000, (1,), generator=g)), generator=g)
+               for i in range(120)}
+    with DumpWriter(tmp_path / "d", rank=0, tensor_compression=compression) as w:
+        w.write_step(0, {"data_name": list(tensors)}, {}, {}, tensors)
+    load = read_hdf5(tmp_path / "d").tensor_loader
+    order = list(tensors)
+    for name in order + order[::-1] + order[::7]:
+        got = load(name)
+        assert torch.equal(got, tensors[name]), name
+        got.zero_()  # must not leak into the next read of the same block
+    assert torch.equal(load("t5"), tensors["t5"])
+
+
 def test_gzip_compression_and_tensor_reads_in_a_new_process(tmp_path):
     t = torch.randn(64, 64, dtype=torch.float16)
     with DumpWriter(tmp_path / "d", compression=4) as w:

@@ -450,6 +450,48 @@ class TensorLoader:
     def __init__(self, entries: dict[str, tuple[str, int, int, int, str, tuple[int, ...]]], source: str) -> None:
         self.entries = entries
         self.source = source
+        self._files: dict[str, h5py.File] = {}  # opened once per rank file: opening costs ~1 ms a tensor
+
+    def __getstate__(self) -> dict:
+        return {"entries": self.entries, "source": self.source}  # open files do not travel
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._files = {}
+
+    def close(self) -> None:
+        """Close the rank files this loader opened (they are reopened on the next read)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self.__dict__.pop("_blocks", None)
+
+    BLOCK_BYTES = 1 << 24  # tensors are read through 16 MiB blocks: one HDF5 read serves many small tensors
+    MAX_BLOCKS = 4
+
+    def _buffer(self, path: str, width: int) -> h5py.Dataset:
+        f = self._files.get(path)
+        if f is None or not f.id.valid:
+            f = self._files[path] = _open(Path(path))
+        return f[f"tensors/u{width}"]
+
+    def _read(self, path: str, width: int, offset: int, count: int) -> np.ndarray:
+        """Elements [offset, offset + count) of a tensor buffer, through a small cache of whole blocks."""
+        per_block = self.BLOCK_BYTES // width
+        first, last = offset // per_block, (offset + count - 1) // per_block
+        if first != last:  # spans blocks (or is larger than one): read it directly
+            return self._buffer(path, width)[offset:offset + count]
+        blocks = self.__dict__.setdefault("_blocks", {})
+        key = (path, width, first)
+        block = blocks.pop(key, None)
+        if block is None:
+            ds = self._buffer(path, width)
+            block = ds[first * per_block:min((first + 1) * per_block, ds.shape[0])]
+        blocks[key] = block  # most recently used last
+        while len(blocks) > self.MAX_BLOCKS:
+            blocks.pop(next(iter(blocks)))
+        start = offset - first * per_block
+        return block[start:start + count].copy()  # callers may modify the tensor: never share the block
 
     def __contains__(self, data_name: str) -> bool:
         return data_name in self.entries
@@ -470,12 +512,10 @@ class TensorLoader:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} has unknown dtype {dtype_name!r}")
         if count == 0:
             return torch.empty(shape, dtype=dtype)
-        p = Path(path)
-        with _open(p) as f:
-            try:
-                arr = f[f"tensors/u{width}"][offset:offset + count]
-            except _READ_ERRORS as e:
-                raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
+        try:
+            arr = self._read(path, width, offset, count)
+        except _READ_ERRORS as e:
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
         if len(arr) != count:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
         try:
