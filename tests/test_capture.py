@@ -51,25 +51,15 @@ def _faq_backward_hook(module, grad_input, grad_output):
     pass
 
 
-def bignet_step(record_kwargs=None):
-    torch.manual_seed(1234)
+def make_bignet():
     model = BigNet()
     model.net2.register_full_backward_hook(_faq_backward_hook)
-    inputs = torch.randn(3, 32)
+    return model
 
-    def run():
-        out1, out2 = model(inputs)
-        loss = out1.sum() + out2.sum()
-        loss.backward()
-        return loss
 
-    if record_kwargs is None:
-        loss = run()
-    else:
-        with msprobe_nb.record(model=model, **record_kwargs) as dbg:
-            loss = run()
-        assert dbg.errors == []
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+def bignet_step(record_kwargs=None):
+    """The seed FAQ's script: loss = out1.sum() + out2.sum(), with the user's full backward hook on net2."""
+    return generic_step(make_bignet, (3, 32), record_kwargs, seed=1234, loss_of=lambda out: out[0].sum() + out[1].sum())
 
 
 Pair = collections.namedtuple("Pair", "a b")
@@ -107,14 +97,14 @@ class PairNet(nn.Module):
         return p.a.sum() + p.b.sum()
 
 
-def generic_step(make_model, shape, record_kwargs=None):
-    torch.manual_seed(7)
+def generic_step(make_model, shape, record_kwargs=None, *, seed=7, loss_of=lambda out: out.sum()):
+    """Loss and every parameter gradient of one step, with recording (``record_kwargs``) or without."""
+    torch.manual_seed(seed)
     model = make_model()
     x = torch.randn(*shape)
 
     def run():
-        out = model(x)
-        loss = out.sum()
+        loss = loss_of(model(x))
         loss.backward()
         return loss
 

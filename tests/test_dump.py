@@ -14,22 +14,6 @@ from msprobe_nb.store.schema import DumpParts, empty_calls
 SOFTMAX = ("Torch.softmax.0.forward.input.0.pt", "Torch.softmax.0.forward.output.0.pt")
 
 
-@pytest.fixture(scope="module")
-def toy(shared_dir: Path) -> Path:
-    p = shared_dir / "interop" / "msprobe-cpu-toy-L1"
-    if not p.is_dir():
-        pytest.skip(f"{p} is absent")
-    return p
-
-
-@pytest.fixture(scope="module")
-def megatron(shared_dir: Path) -> Path:
-    p = shared_dir / "interop" / "msprobe-npu-megatron-mix"
-    if not p.is_dir():
-        pytest.skip(f"{p} is absent")
-    return p
-
-
 @pytest.fixture
 def kit_dump(toy: Path, tmp_path: Path) -> tuple[Path, pd.DataFrame]:
     """A two-rank kit HDF5 dump made from the toy tensor dump (calls, two tensors, a few stacks)."""

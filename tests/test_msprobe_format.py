@@ -23,22 +23,6 @@ from msprobe_nb.store.schema import COLUMNS, DumpParts
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def toy(shared_dir: Path) -> Path:
-    p = shared_dir / "interop" / "msprobe-cpu-toy-L1"
-    if not p.is_dir():
-        pytest.skip(f"{p} is absent")
-    return p
-
-
-@pytest.fixture(scope="module")
-def megatron(shared_dir: Path) -> Path:
-    p = shared_dir / "interop" / "msprobe-npu-megatron-mix"
-    if not p.is_dir():
-        pytest.skip(f"{p} is absent")
-    return p
-
-
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
