@@ -448,3 +448,18 @@ def test_the_kits_own_writes_are_never_recorded(task, tmp_path):
     calls = read_hdf5(tmp_path / "d").calls
     per_step = [list(dict.fromkeys(calls[calls.step == s].call)) for s in range(3)]
     assert per_step[0] == per_step[1] == per_step[2]
+
+
+def test_reshaped_outputs_reuse_their_inputs_statistics_correctly(tmp_path):
+    x = torch.randn(6, 5)
+    with msprobe_nb.record(dump_path=tmp_path / "d"):
+        y = x.t().contiguous()
+        z = y.reshape(-1)
+        z.mul_(2)  # in place after the reuse: its statistics must be computed anew
+        torch.relu(z)
+    c = read_hdf5(tmp_path / "d").calls.set_index("name")
+    for name in ("Tensor.t.0.forward.output.0", "Tensor.contiguous.0.forward.output.0",
+                 "Tensor.reshape.0.forward.output.0"):
+        for col, want in (("max", x.max()), ("min", x.min()), ("mean", x.mean()), ("norm", x.norm())):
+            assert c.loc[name, col] == pytest.approx(float(want), rel=1e-6), (name, col)
+    assert c.loc["Torch.relu.0.forward.input.0", "max"] == pytest.approx(float(2 * x.max()), rel=1e-6)

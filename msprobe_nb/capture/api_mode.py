@@ -18,6 +18,15 @@ from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
 
+#: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
+#: output reuses the input's statistics instead of reducing the same values again.
+SAME_ELEMENTS = frozenset({
+    ("Tensor", n) for n in ("view", "reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze",
+                            "contiguous", "clone", "detach", "view_as", "reshape_as", "unflatten", "movedim",
+                            "swapaxes", "swapdims", "mT")} | {
+    ("Torch", n) for n in ("reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze", "clone",
+                           "detach", "movedim", "swapaxes", "swapdims")})
+
 
 class ApiMode(TorchFunctionMode):
     """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""
@@ -65,6 +74,9 @@ class ApiMode(TorchFunctionMode):
         out = run(*args, **kwargs)
         with rec.working():
             try:
+                if (family, op) in SAME_ELEMENTS and isinstance(out, torch.Tensor) and args \
+                        and isinstance(args[0], torch.Tensor):
+                    rec.summarizer.alias(out, args[0])
                 rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
                              set_producer=True)
                 rec.attach_api_backward(c, out, before)

@@ -149,6 +149,22 @@ class Summarizer:
             pass
         return idx
 
+    def alias(self, out: torch.Tensor, source: torch.Tensor) -> bool:
+        """Let ``out`` reuse ``source``'s summary when it holds exactly the same elements (a reshape,
+        transpose, contiguous copy...): max, min, mean, norm and the counts of a permutation of the same
+        values are the same numbers (mean and norm up to the rounding of a different summation order).
+        Only in statistics mode: hashes and saved tensors depend on the memory layout."""
+        if self.want_hash or self.keep_tensors or out.dtype != source.dtype or out.numel() != source.numel():
+            return False
+        hit = self._cache.get(id(source))
+        if hit is None or hit[0]() is not source or hit[1] != source._version:
+            return False
+        try:
+            self._cache[id(out)] = (weakref.ref(out), out._version, hit[2])
+        except TypeError:
+            return False
+        return True
+
     def materialize(self) -> tuple[np.ndarray, list[str]]:
         """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
         n = len(self._values)
