@@ -415,8 +415,6 @@ class Recorder:
         """Columns of this step's rows (with statistics read back once) and the tensors, or None if empty."""
         if not self.rows:
             return None
-        import pandas as pd  # the writer needs pandas anyway; nullable counts are pandas arrays
-
         stats, hashes = self.summarizer.materialize()
         cols = list(zip(*self.rows))
         out: dict[str, Any] = {}
@@ -431,9 +429,7 @@ class Recorder:
         for j, col in enumerate(("max", "min", "mean", "norm")):
             out[col] = picked[:, j]
         for j, col in ((4, "nan_count"), (5, "posinf_count"), (6, "neginf_count")):
-            v = picked[:, j]
-            missing = np.isnan(v)
-            out[col] = pd.arrays.IntegerArray(np.where(missing, 0, v).astype(np.int64), missing)
+            out[col] = picked[:, j]  # float, NaN where not counted: the writer stores those as <NA>
         if hashes:
             hx = np.asarray(hashes + [""], dtype=object)
             out["hash"] = hx[np.where(has, sidx, len(hashes))]

@@ -20,7 +20,6 @@ from typing import Any
 
 import h5py
 import numpy as np
-import pandas as pd
 
 from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION
 
@@ -154,18 +153,32 @@ def _as_1d(values: Any, col: str, n: int | None) -> Any:
     return values
 
 
-def _object_array(values: Any) -> np.ndarray:
-    if isinstance(values, np.ndarray) and values.dtype == object:
+def _as_list(values: Any) -> list:
+    """Plain Python values of a column (list, tuple, numpy array, pandas Series/Index/array)."""
+    if isinstance(values, list):
         return values
-    if isinstance(values, (pd.Series, pd.Index)) or hasattr(values, "__arrow_array__"):
-        return np.asarray(values, dtype=object)
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values) if not isinstance(values, (list, np.ndarray)) else values
-    return out
+    tolist = getattr(values, "tolist", None)
+    return tolist() if tolist is not None else list(values)
 
 
 def _is_missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+    """None, NaN or pandas' NA (recognised by type name: the writer does not import pandas)."""
+    return v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType"
+
+
+def _nullable(values: Any, n: int, na: int, dtype: Any, cast: Any) -> np.ndarray:
+    """A nullable column as numpy: missing values become ``na``."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        missing = np.isnan(values)
+        return np.where(missing, na, np.where(missing, 0, values)).astype(dtype)
+    return np.fromiter((na if _is_missing(v) else cast(v) for v in _as_list(values)), dtype, count=n)
+
+
+def _exact_int(v: Any) -> int:
+    """An integer value; a float must be whole (1.0 is 1, 1.5 is an error)."""
+    if isinstance(v, float) and not v.is_integer():
+        raise ValueError(f"{v!r} is not an integer")
+    return int(v)
 
 
 class _Group:
@@ -365,16 +378,13 @@ class DumpWriter:
 
     # -- column conversion -----------------------------------------------------------------
     def _string_ids(self, col: str, values: Any) -> np.ndarray:
-        arr = _object_array(values)
-        codes, uniques = pd.factorize(arr, use_na_sentinel=True)
-        uniq = list(uniques)
-        if not all(type(u) is str for u in uniq):
-            uniq = [u if isinstance(u, str) else str(u) for u in uniq]
-        found = list(map(self._strings.get, uniq))  # known strings without a Python-level loop
-        if None in found:
-            found = [self._intern(u) if i is None else i for u, i in zip(uniq, found)]
-        found.append(0)  # code -1 (None / NA) -> ""
-        return np.asarray(found, dtype=np.int32)[codes]
+        vals = _as_list(values)
+        ids = list(map(self._strings.get, vals))  # known strings without a Python-level loop
+        if None in ids:  # new strings, or missing values (stored as "")
+            for i, (v, k) in enumerate(zip(vals, ids)):
+                if k is None:
+                    ids[i] = 0 if _is_missing(v) else self._intern(v if type(v) is str else str(v))
+        return np.asarray(ids, dtype=np.int32)
 
     def _shape_column(self, values: Any) -> np.ndarray:
         out = np.empty(len(values), dtype=np.int32)
@@ -412,7 +422,10 @@ class DumpWriter:
                     if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
                         arr = arr.astype(np.int64)
                     else:
-                        arr = np.asarray(pd.array(values, dtype="Int64").to_numpy(dtype=np.int64))
+                        vals = _as_list(values)
+                        if any(_is_missing(v) for v in vals):
+                            raise ValueError("missing values in a non-nullable integer column")
+                        arr = np.asarray([int(v) for v in vals], dtype=np.int64)
                 info = np.iinfo(dtype)
                 if arr.size and (arr.min() < info.min or arr.max() > info.max):
                     raise ValueError(f"values out of {dtype} range")
@@ -421,7 +434,8 @@ class DumpWriter:
                 try:
                     return np.asarray(values, dtype=np.float64)
                 except (TypeError, ValueError):
-                    return pd.array(values, dtype="Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+                    return np.fromiter((np.nan if _is_missing(v) else float(v) for v in _as_list(values)),
+                                       np.float64, count=n)
             if dtype == "bool":
                 arr = np.asarray(values)
                 if arr.dtype != bool:
@@ -430,16 +444,13 @@ class DumpWriter:
             if dtype == "Int64":
                 arr = np.asarray(values) if isinstance(values, np.ndarray) else None
                 if arr is None or arr.dtype.kind not in "iu":
-                    arr = pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=INT_NA)
-                    return arr
+                    return _nullable(values, n, INT_NA, np.int64, _exact_int)
                 arr = arr.astype(np.int64)
                 if arr.size and arr.min() == INT_NA:
                     raise ValueError(f"value {INT_NA} is reserved for <NA>")
                 return arr
             if dtype == "boolean":
-                a = pd.array(values, dtype="boolean")
-                out = a.to_numpy(dtype=np.int8, na_value=-1)
-                return out
+                return _nullable(values, n, -1, np.int8, bool)
         except ValueError as e:
             raise ValueError(f"column {col!r}: {e}") from None
         except TypeError as e:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where tables are built, not by the recording path
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 
@@ -64,11 +65,13 @@ NUMERIC_STATS = ["max", "min", "mean", "norm"]
 
 def empty_calls() -> pd.DataFrame:
     """An empty calls table with the schema's dtypes."""
+    import pandas as pd
     return coerce_calls(pd.DataFrame({c: [] for c in COLUMN_NAMES}))
 
 
 def coerce_calls(df: pd.DataFrame) -> pd.DataFrame:
     """Give ``df`` every schema column, in order, with the schema's dtypes (missing columns get defaults)."""
+    import pandas as pd
     n = len(df)
     out = {}
     for col, (dtype, _) in COLUMNS.items():
