@@ -463,3 +463,14 @@ def test_reshaped_outputs_reuse_their_inputs_statistics_correctly(tmp_path):
         for col, want in (("max", x.max()), ("min", x.min()), ("mean", x.mean()), ("norm", x.norm())):
             assert c.loc[name, col] == pytest.approx(float(want), rel=1e-6), (name, col)
     assert c.loc["Torch.relu.0.forward.input.0", "max"] == pytest.approx(float(2 * x.max()), rel=1e-6)
+
+
+def test_recording_does_not_import_pandas_or_widgets(tmp_path):
+    """A training process that only records pays for neither pandas nor ipywidgets (memory, start-up)."""
+    code = ("import sys, torch, msprobe_nb\n"
+            f"with msprobe_nb.record(dump_path={str(tmp_path / 'd')!r}, level='mix'):\n"
+            "    torch.nn.Linear(2, 2)(torch.ones(1, 2)).sum().backward()\n"
+            "print(sorted(m for m in ('pandas', 'ipywidgets', 'matplotlib') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
