@@ -412,7 +412,8 @@ def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
             continue
         kit_step = t["bytes_total"] / max(t.get("steps_written") or 1, 1)
         lines.append(f"  {size}: kit HDF5 {_fmt_bytes(kit_step)}/step ({t['unique_tensors']} distinct tensors stored "
-                     f"once, uncompressed: compress_tensors=False) vs msprobe's layout {_fmt_bytes(t['pt_bytes'])} in {t['pt_files']} .pt files "
+                     f"once, uncompressed) vs msprobe's layout {_fmt_bytes(t['pt_bytes'])} in {t['pt_files']} "
+                     ".pt files "
                      f"(torch.save of each recorded tensor, one file per row): kit/msprobe = "
                      f"{kit_step / t['pt_bytes']:.2f}; raw data {_fmt_bytes(4 * t['tensor_bytes'])}")
         m = res.get("ms-tensor-L1")
