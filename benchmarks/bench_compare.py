@@ -61,7 +61,7 @@ def synthetic(rows: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     return npu, bench
 
 
-def tensor_mode(layers: int = 24) -> None:
+def tensor_mode(layers: int = 42) -> None:
     """Record two tensor-mode dumps of the benchmark model and time the tensor-mode compare."""
     import torch
 
