@@ -96,6 +96,12 @@ class Detail:
     def _repr_html_(self) -> str:
         return self.html
 
+    def __repr__(self) -> str:
+        user = self.frames[self.frames["user"]] if len(self.frames) and "user" in self.frames else self.frames
+        where = f", at {user.iloc[0]['file']}:{user.iloc[0]['line']}" if len(user) else ""
+        return (f"<Detail {self.call} (step {self.step}, rank {self.rank}): {len(self.inputs)} inputs, "
+                f"{len(self.outputs)} outputs{where}{'; ' + '; '.join(self.reasons[:3]) if self.reasons else ''}>")
+
 
 def parse_frames(stack: list[str]) -> pd.DataFrame:
     """Stack frames as a table: ``file``, ``line``, ``func``, ``code``, ``user`` (outside torch/site-packages)."""
