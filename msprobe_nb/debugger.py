@@ -76,7 +76,6 @@ class Debugger:
         self._random: RandomPolicy | None = None
         self._seed_report = None
         self._closed = False
-        self._steps_written: set[int] = set()
         self._froze = False
         _LIVE.add(self)
 
@@ -266,7 +265,6 @@ class Debugger:
             if self._writer is None:
                 self._open_writer()
             self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
-        self._steps_written.add(rec.step)
         rec.take_new_stacks()
         rec.rows = []
         rec.construct = {}

@@ -79,7 +79,6 @@ class Recorder:
                                      keep_tensors=cfg.task == "tensor")
         self.module_stack: list[tuple[torch.nn.Module, Call]] = []
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.roots: weakref.WeakSet = weakref.WeakSet()
         self._stack_ids: dict[tuple, int] = {}
         self._skip_code: dict[int, bool] = {}
         self._wanted: dict[tuple[str, str], bool] = {}
