@@ -474,3 +474,21 @@ def test_recording_does_not_import_pandas_or_widgets(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_device_statistics_path_agrees_with_the_cpu_path():
+    """Accelerators use _device_stats (no .item() per call, one read-back per step); run that code on the CPU."""
+    from msprobe_nb.capture.stats import Summarizer, _cpu_stats, _device_stats
+    cases = [torch.randn(4, 5), torch.tensor([True, False, True]), torch.tensor([[1, -7], [3, 4]]),
+             torch.tensor([1.0, float("nan"), float("inf"), -float("inf")]), torch.tensor(-2.5),
+             torch.zeros(0, 3), torch.randn(6, dtype=torch.bfloat16), torch.tensor([3 + 4j, 1j])]
+    for t in cases:
+        dev = _device_stats(t)
+        assert isinstance(dev, torch.Tensor) and dev.dtype == torch.float64 and dev.shape == (7,)
+        for got, want in zip(dev.tolist(), _cpu_stats(t)):
+            assert (got != got and want != want) or got == pytest.approx(want, rel=1e-5, abs=1e-6), (t, got, want)
+    s = Summarizer()
+    s._values = [_cpu_stats(cases[0]), _device_stats(cases[1]), _cpu_stats(cases[2])]  # mixed, as on a GPU run
+    s._hashes = []
+    out, _ = s.materialize()
+    assert out.shape == (3, 7) and out[1, 0] == 1.0 and out[2, 1] == -7.0
