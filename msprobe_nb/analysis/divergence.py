@@ -85,17 +85,23 @@ def is_user_file(path: str) -> bool:
     return not any(s in path for s in _INTERNAL)
 
 
+def parse_frame(frame: str) -> tuple[str, int, str, str] | None:
+    """(file, line, function, source line) of one msprobe-style frame string; None if it is not one."""
+    m = _FRAME.search(frame)
+    if not m:
+        return None
+    code = frame.split("\n", 1)[1].strip() if "\n" in frame else ""
+    return m.group("path"), int(m.group("line")), (m.group("func") or "").strip(), code
+
+
 def user_frame(stack: list[str]) -> tuple[str | None, str | None]:
     """("file:line", source line) of the first frame outside torch, site-packages and msprobe_nb."""
     for fr in stack or []:
-        m = _FRAME.search(fr)
-        if not m:
+        parsed = parse_frame(fr)
+        if parsed is None or not is_user_file(parsed[0]):
             continue
-        path = m.group("path")
-        if not is_user_file(path):
-            continue
-        src = fr.split("\n", 1)[1].strip() if "\n" in fr else None
-        return f"{path}:{m.group('line')}", src
+        path, line, _, code = parsed
+        return f"{path}:{line}", (code if "\n" in fr else None)
     return None, None
 
 

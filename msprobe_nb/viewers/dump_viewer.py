@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from msprobe_nb.analysis.divergence import is_user_file
+from msprobe_nb.analysis.divergence import is_user_file, parse_frame
 
 from . import plots as P
 from .table import (
@@ -31,7 +30,6 @@ from .table import (
 __all__ = ["Detail", "DumpViewer", "ViewerState", "parse_frames"]
 
 PAGE_SIZES = (25, 50, 100, 200, 500)
-_FRAME = re.compile(r'File "?(?P<file>.+?)"?, line (?P<line>\d+)(?:, in (?P<func>[^,\n]+))?')
 
 
 @dataclass
@@ -107,14 +105,13 @@ def parse_frames(stack: list[str]) -> pd.DataFrame:
     """Stack frames as a table: ``file``, ``line``, ``func``, ``code``, ``user`` (outside torch/site-packages)."""
     rows = []
     for fr in stack or []:
-        m = _FRAME.search(fr)
-        code = fr.split("\n", 1)[1].strip() if "\n" in fr else ""
-        if not m:
+        parsed = parse_frame(fr)
+        if parsed is None:
+            code = fr.split("\n", 1)[1].strip() if "\n" in fr else ""
             rows.append({"file": "", "line": -1, "func": "", "code": code or fr, "user": False})
             continue
-        f = m.group("file")
-        rows.append({"file": f, "line": int(m.group("line")), "func": (m.group("func") or "").strip(),
-                     "code": code, "user": is_user_file(f)})
+        f, line, func, code = parsed
+        rows.append({"file": f, "line": line, "func": func, "code": code, "user": is_user_file(f)})
     return pd.DataFrame(rows, columns=["file", "line", "func", "code", "user"])
 
 
