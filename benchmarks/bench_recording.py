@@ -85,6 +85,17 @@ def _peak_rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
 
+def _recorded_step(dbg, work, train_step):
+    """One step in the msprobe loop pattern (start, train, stop, step), the same for both tools."""
+    def run(tokens, labels):
+        dbg.start(work.model)
+        train_step(work.model, work.optimizer, tokens, labels)
+        dbg.stop()
+        dbg.step()
+
+    return run
+
+
 def _kit_arm(opts, work, dump_root):
     from models import train_step
 
@@ -92,13 +103,7 @@ def _kit_arm(opts, work, dump_root):
 
     dbg = msprobe_nb.Debugger(dump_path=os.path.join(dump_root, "kit"), **opts)
 
-    def run(tokens, labels):
-        dbg.start(work.model)
-        train_step(work.model, work.optimizer, tokens, labels)
-        dbg.stop()
-        dbg.step()
-
-    return dbg, run
+    return dbg, _recorded_step(dbg, work, train_step)
 
 
 def _msprobe_arm(opts, work, dump_root):
@@ -116,13 +121,7 @@ def _msprobe_arm(opts, work, dump_root):
         json.dump(cfg, f)
     dbg = PrecisionDebugger(config_path=path)
 
-    def run(tokens, labels):
-        dbg.start(work.model)
-        train_step(work.model, work.optimizer, tokens, labels)
-        dbg.stop()
-        dbg.step()
-
-    return dbg, run
+    return dbg, _recorded_step(dbg, work, train_step)
 
 
 def _kit_post(dbg, opts, sizes, out, keep_pt_dir):

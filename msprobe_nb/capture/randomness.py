@@ -49,7 +49,7 @@ def _first_tensor(args, kwargs):
     return None
 
 
-def _target_device(family: str, op: str, args, kwargs) -> torch.device:
+def _target_device(args, kwargs) -> torch.device:
     dev = kwargs.get("device")
     if dev is not None:
         return torch.device(dev)
@@ -144,7 +144,7 @@ class RandomPolicy:
         if key not in RANDOM_APIS:
             return func, args, kwargs
         user_gen = kwargs.get("generator")
-        device = _target_device(c.family, c.op, args, kwargs)
+        device = _target_device(args, kwargs)
         if key in DROPOUTS and self.dropout_off:
             args, kwargs = _zero_p(c.op, args, kwargs)
             c.rng = "dropout-off"
