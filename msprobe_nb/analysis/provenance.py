@@ -86,7 +86,9 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
     first = g.drop_duplicates("call").set_index("call")
     bench_first = gb.drop_duplicates("call").set_index("call") if len(gb) else None
     inputs = g[g["io"] == "input"]
-    producers = inputs.groupby("call", sort=False)["producer"].agg(lambda s: [p for p in dict.fromkeys(s) if p])
+    by_call: dict[str, list[tuple[str, str]]] = {}  # call -> [(row name, producer)], built once
+    for call, name, producer in zip(inputs["call"], inputs["name"], inputs["producer"]):
+        by_call.setdefault(call, []).append((name, producer or ""))
     diverging = set()
     if "diverges" in result.columns:
         t = result[(result["step"] == d.step) & (result["rank"] == d.rank) & result["diverges"]]
@@ -102,12 +104,10 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         return (str(first.at[call, "family"]), str(first.at[call, "op"])) in RANDOM_APIS
 
     def preds(call: str) -> list[str]:
-        rows = inputs[inputs["call"] == call]
-        bad = rows[rows["name"].isin(diverging)]
-        use = bad if len(bad) else rows
-        ps = [p for p in dict.fromkeys(use["producer"]) if p]
-        if not ps and call in producers.index:
-            ps = producers.at[call]
+        """Producers of the call's diverging inputs (of all its inputs when none diverges or none is known)."""
+        rows = by_call.get(call, [])
+        bad = [p for name, p in rows if name in diverging and p]
+        ps = list(dict.fromkeys(bad or [p for _, p in rows if p]))
         fwd = forward_of(call)
         if fwd and fwd in first.index:  # a backward call: its forward decides (dropout masks, ...)
             ps = [fwd] + ps
