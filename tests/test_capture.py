@@ -492,3 +492,32 @@ def test_device_statistics_path_agrees_with_the_cpu_path():
     s._hashes = []
     out, _ = s.materialize()
     assert out.shape == (3, 7) and out[1, 0] == 1.0 and out[2, 1] == -7.0
+
+
+def test_batched_statistics_agree_with_one_tensor_at_a_time():
+    """Small float32 CPU tensors are copied into per-size buffers and reduced in batches: the values must be
+    those of _cpu_stats, a later in-place change must not leak in, and a full buffer must reduce mid-step."""
+    from msprobe_nb.capture import stats
+    from msprobe_nb.capture.stats import Summarizer, _cpu_stats
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(8, 16, 64, generator=g) * 100, torch.randn(3, generator=g), torch.tensor(-2.5),
+             torch.randn(64, 8, generator=g).t(),  # not contiguous
+             torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), float("nan")]),
+             torch.tensor([float("inf"), 2.0]), torch.full((5,), 3e38)]
+    cases += [torch.randn(8, 16, 64, generator=g) for _ in range(stats.STAGE_BYTES // (4 * 8192) + 3)]  # fills one
+    s = Summarizer()
+    want = [_cpu_stats(t) for t in cases]
+    idx = [s.summarize(t) for t in cases]
+    assert s._values[idx[1]] is None  # staged, not yet reduced
+    assert s._values[idx[0]] is not None  # the first full buffer was reduced during the step
+    for t in cases:
+        t.mul_(-7)  # after staging: must not change what was recorded
+    out, _ = s.materialize()
+    for i, w in zip(idx, want):
+        for got, exp in zip(out[i], w):
+            assert (got != got and exp != exp) or got == pytest.approx(exp, rel=1e-5, abs=1e-6), (i, got, exp)
+    s.summarize(torch.randn(4))
+    s.reset()  # a discarded step's staged tensors are dropped
+    assert s.summarize(torch.ones(4)) == 0
+    out, _ = s.materialize()
+    assert out.tolist() == [[1.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0]]

@@ -91,6 +91,67 @@ def _device_stats(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
+#: float32 CPU tensors up to this many elements are summarised in batches (see :class:`_Batches`).
+STAGE_MAX_NUMEL = 1 << 16
+#: bytes of one batch buffer (one per distinct element count); a full buffer is reduced at once.
+STAGE_BYTES = 1 << 19
+
+
+class _Batches:
+    """Statistics of small float32 CPU tensors, computed a few dozen at a time.
+
+    Why: on small tensors the cost of :func:`_cpu_stats` is the dispatch of four torch reductions, not the
+    arithmetic. A tensor's values are copied into a row of a buffer for its element count (a copy, so a
+    later in-place change cannot alter what was recorded); a full buffer, or the end of the step, reduces
+    all its rows with one call per statistic along the row axis.
+    """
+
+    def __init__(self):
+        self._groups: dict[int, list] = {}  # numel -> [buffer (rows, numel), rows used, summary indices]
+
+    def add(self, a: np.ndarray, idx: int, values: list) -> None:
+        n = a.size
+        g = self._groups.get(n)
+        if g is None:
+            g = self._groups[n] = [np.empty((max(2, min(256, STAGE_BYTES // (4 * n))), n), np.float32), 0, []]
+        buf, k, where = g
+        buf[k] = a.reshape(-1)
+        where.append(idx)
+        g[1] = k + 1
+        if k + 1 == len(buf):
+            self._reduce(g, values)
+
+    def flush(self, values: list) -> None:
+        for g in self._groups.values():
+            if g[1]:
+                self._reduce(g, values)
+
+    def clear(self) -> None:
+        """Drop what is staged (the step was discarded)."""
+        for g in self._groups.values():
+            g[1], g[2] = 0, []
+
+    @staticmethod
+    def _reduce(g: list, values: list) -> None:
+        buf, k, where = g
+        x = torch.from_numpy(buf[:k])
+        n = x.shape[1]
+        mx = x.amax(dim=1).tolist()
+        mn = x.amin(dim=1).tolist()
+        sums = x.sum(dim=1).tolist()
+        norms = torch.linalg.vector_norm(x, dim=1).tolist()
+        for i, idx in enumerate(where):
+            a, b = mx[i], mn[i]
+            if math.isfinite(a) and math.isfinite(b):
+                values[idx] = (a, b, sums[i] / n, norms[i], 0.0, 0.0, 0.0)
+            else:
+                row = x[i]
+                values[idx] = (a, b, sums[i] / n, norms[i], float(torch.isnan(row).sum()),
+                               float(torch.isposinf(row).sum()), float(torch.isneginf(row).sum()))
+        g[1] = 0
+        g[2] = []
+
+
 def _crc32(t: torch.Tensor) -> str:
     flat = t.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
@@ -120,6 +181,9 @@ class Summarizer:
         self._hashes: list = []            # str, or a host copy awaiting its CRC
         self.tensors: list = []            # tensor mode: host copies
         self._cache: dict[int, tuple] = {}  # id(t) -> (weakref, version, index)
+        if not hasattr(self, "_batches"):
+            self._batches = _Batches()  # its buffers are kept from step to step
+        self._batches.clear()
 
     def summarize(self, t: torch.Tensor) -> int:
         """Index of ``t``'s summary in this step's buffers (-1 when it has no data)."""
@@ -134,7 +198,16 @@ class Summarizer:
         d = t.detach() if t.requires_grad else t
         on_cpu = d.device.type == "cpu"
         if self.want_stats:
-            self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
+            if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
+                try:
+                    a = d.numpy()
+                except (RuntimeError, TypeError):  # conjugate / negative views and the like
+                    self._values.append(_cpu_stats(d))
+                else:
+                    self._values.append(None)  # filled when its batch is reduced
+                    self._batches.add(a, len(self._values) - 1, self._values)
+            else:
+                self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
             self._values.append(_EMPTY)
         if self.want_hash:
@@ -167,6 +240,7 @@ class Summarizer:
 
     def materialize(self) -> tuple[np.ndarray, list[str]]:
         """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
+        self._batches.flush(self._values)
         n = len(self._values)
         device_rows: dict[torch.device, list[int]] = {}
         try:  # all on the CPU: one conversion of the list of tuples
