@@ -267,6 +267,7 @@ class Debugger:
             self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
         rec.take_new_stacks()
         rec.rows = []
+        rec.calls = []
         rec.construct = {}
         rec.summarizer.reset()
 

@@ -22,6 +22,7 @@ import torch
 from msprobe_nb.capture.leaves import describe_value, leaves, walk
 from msprobe_nb.capture.naming import api_call_name, module_call_name
 from msprobe_nb.capture.stats import Summarizer
+from msprobe_nb.store.schema import Coded
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the kit's recording machinery: its frames are left out of user stacks (the demo's are kept)
@@ -29,13 +30,17 @@ _KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(
               os.path.join(_PKG_DIR, "magics.py"))
 MAX_STACK_DEPTH = 64
 
-# Order of the fields of one buffered row; stats and hashes are looked up by index at flush time.
+# Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
+# own fields are stored once per call), stats and hashes are looked up by index at flush time.
 ROW_FIELDS = (
-    "call_index", "call", "name", "family", "op", "module_path", "counter", "direction", "io", "arg",
-    "is_kwarg", "kind", "dtype", "shape", "numel", "device", "requires_grad", "_stat", "_tensor",
-    "value_type", "value", "stack_id", "parent", "tensor_id", "producer", "rng", "rng_state",
+    "_call", "name", "io", "arg", "is_kwarg", "kind", "dtype", "shape", "numel", "device", "requires_grad",
+    "_stat", "value_type", "value", "tensor_id", "producer",
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
+#: columns that are fields of the call, not of the row: (column, Call attribute)
+CALL_FIELDS = (("call_index", "index"), ("call", "call"), ("family", "family"), ("op", "op"),
+               ("module_path", "module_path"), ("counter", "counter"), ("direction", "direction"),
+               ("stack_id", "stack_id"), ("parent", "parent"), ("rng", "rng"), ("rng_state", "rng_state"))
 
 
 @dataclass(slots=True)
@@ -54,6 +59,7 @@ class Call:
     rng: str = ""
     rng_state: str = ""
     dump: bool = True
+    slot: int = -1  # position in Recorder.calls once it has rows
 
 
 def _backward_name(call: str) -> str:
@@ -97,6 +103,7 @@ class Recorder:
     # ------------------------------------------------------------------ step state
     def reset_step(self) -> None:
         self.rows: list[tuple] = []
+        self.calls: list[Call] = []  # calls with rows this step, in order of their first row
         self.counters: dict[str, int] = {}
         self.grad_counters: dict[str, int] = {}
         self.construct: dict[str, str | None] = {}
@@ -228,27 +235,30 @@ class Recorder:
         """Append one row per leaf of ``value`` (inputs, outputs, parameters, gradients)."""
         if not c.dump or not self.wants(direction, io):
             return
+        items = leaves(value, prefix)
+        if not items:
+            return
+        calls = self.calls
+        k = c.slot
+        if k < 0 or k >= len(calls) or calls[k] is not c:
+            k = c.slot = len(calls)
+            calls.append(c)
         rows = self.rows
         summarize = self.summarizer.summarize
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
-        for path, leaf in leaves(value, prefix):
+        for path, leaf in items:
             name = f"{base}.{path}" if path else base
             if isinstance(leaf, torch.Tensor):
                 idx = summarize(leaf)
                 tid, producer = self._provenance(leaf, c.call, set_producer)
-                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
-                             is_kwarg, "tensor", _dtype_name(leaf.dtype), tuple(leaf.shape), leaf.numel(),
-                             _device_name(leaf), leaf.requires_grad, idx, idx, "", "", c.stack_id, c.parent, tid,
-                             producer, c.rng, c.rng_state))
+                rows.append((k, name, io, path, is_kwarg, "tensor", _dtype_name(leaf.dtype), tuple(leaf.shape),
+                             leaf.numel(), _device_name(leaf), leaf.requires_grad, idx, "", "", tid, producer))
             elif leaf is None:
-                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
-                             is_kwarg, "none", "", None, None, "", None, -1, -1, "", "", c.stack_id, c.parent,
-                             None, "", c.rng, c.rng_state))
+                rows.append((k, name, io, path, is_kwarg, "none", "", None, None, "", None, -1, "", "", None, ""))
             else:
                 vtype, vtext = describe_value(leaf)
-                rows.append((c.index, c.call, name, c.family, c.op, c.module_path, c.counter, direction, io, path,
-                             is_kwarg, "value", "", None, None, "", None, -1, -1, vtype, vtext, c.stack_id,
-                             c.parent, None, "", c.rng, c.rng_state))
+                rows.append((k, name, io, path, is_kwarg, "value", "", None, None, "", None, -1, vtype, vtext,
+                             None, ""))
 
     def _provenance(self, t: torch.Tensor, call: str, set_producer: bool) -> tuple[int, str]:
         """(tensor_id, producing call) for ``t``; outputs become the producer of the tensor object."""
@@ -420,6 +430,12 @@ class Recorder:
         for f, i in _F.items():
             if not f.startswith("_"):
                 out[f] = cols[i]
+        # nullable numbers as float arrays (None becomes NaN, which the writer stores as <NA>)
+        for f in ("numel", "tensor_id", "requires_grad"):
+            out[f] = np.array(out[f], dtype=np.float64)
+        codes = np.asarray(cols[_F["_call"]], dtype=np.int64)
+        for col, attr in CALL_FIELDS:
+            out[col] = Coded(codes, [getattr(c, attr) for c in self.calls])
         sidx = np.asarray(cols[_F["_stat"]], dtype=np.int64)
         has = sidx >= 0
         # one padded row of NaN stands for "no statistics" (values, None, tensors without data)

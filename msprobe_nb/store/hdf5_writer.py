@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 from h5py import h5s
 
-from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION
+from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION, Coded
 
 __all__ = ["DumpWriter", "resolve_dump_dir"]
 
@@ -421,6 +421,12 @@ class DumpWriter:
         return out
 
     def _convert(self, col: str, values: Any, n: int) -> np.ndarray:
+        if isinstance(values, Coded):  # convert each distinct value once, then repeat by code
+            codes = np.asarray(values.codes)
+            m = len(values.values)
+            if codes.dtype.kind not in "iu" or (codes.size and (codes.min() < 0 or codes.max() >= m)):
+                raise ValueError(f"column {col!r}: codes must be integers in [0, {m})")
+            return self._convert(col, values.values, m)[codes]
         dtype = COLUMNS[col][0]
         try:
             if dtype == "string":

@@ -60,6 +60,27 @@ COLUMNS: dict[str, tuple[str, str]] = {
 }
 
 COLUMN_NAMES = list(COLUMNS)
+
+
+class Coded:
+    """A column handed to the writer as ``values[codes]``.
+
+    Why: the fields of a call (its name, family, op, parent, stack...) repeat on every row of the call;
+    converting and interning them once per call instead of once per row is most of a step's write.
+    """
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: Any, values: Any):
+        self.codes = codes    # 1-D integer numpy array, one per row: an index into ``values``
+        self.values = values  # list or 1-D array, one per distinct call
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def tolist(self) -> list:
+        values = list(self.values)
+        return [values[i] for i in self.codes.tolist()]
 NUMERIC_STATS = ["max", "min", "mean", "norm"]
 
 
