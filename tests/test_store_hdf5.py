@@ -213,7 +213,8 @@ def test_side_tables_meta_and_construct(tmp_path):
     assert parts.meta["schema_version"] == SCHEMA_VERSION and parts.meta["tool_version"]
     assert parts.meta["ranks"] == [0] and parts.meta["steps"] == [0, 1]
     with h5py.File(tmp_path / "d" / "rank0.h5", "r") as f:
-        assert f["stacks/id"].shape[0] + f["tail/stacks/id"].shape[1] > 0  # stored in the group, once
+        assert f["stacks/id"].shape[0] == 0  # two stacks: not a whole chunk yet, so in the tail, once
+        assert json.loads(f["tail/stacks/int32"].attrs["columns"]) == ["stacks/id"]
         assert json.loads(f.attrs["meta"])["level"] == "L1"
 
 
@@ -518,3 +519,19 @@ def test_relative_non_ascii_path(tmp_path, monkeypatch):
     _small_dump(d)
     assert len(read_hdf5("runs/npu 运行").calls) == 5000
     assert os.path.exists("runs/npu 运行/rank0.h5")
+
+
+def test_layout_1_files_with_one_tail_per_column_still_read(tmp_path):
+    """Dumps written before the per-dtype tails (layout 1: /tail/<column>, shape (2, chunk)) stay readable."""
+    df = _table()
+    path = _write(tmp_path / "d", df) / "rank0.h5"
+    with h5py.File(path, "r+") as f:  # rewrite the tails as layout 1 had them
+        for g in GROUPS:
+            for dtype in list(f[f"tail/{g}"]):
+                tail = f[f"tail/{g}/{dtype}"]
+                block, cols = tail[()], json.loads(tail.attrs["columns"])
+                for j, col in enumerate(cols):
+                    f.create_dataset(f"tail/{col}", data=block[:, j, :])
+                del f[f"tail/{g}/{dtype}"]
+        f.attrs["layout_version"] = 1
+    pd.testing.assert_frame_equal(read_hdf5(path.parent).calls, df)

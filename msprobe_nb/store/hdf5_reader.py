@@ -149,9 +149,10 @@ def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:
             f"expected {FORMAT_NAME!r})"
         )
     for key, want in (("schema_version", SCHEMA_VERSION), ("layout_version", LAYOUT_VERSION)):
-        if attrs.get(key) != want:
+        if attrs.get(key) != want and not (key == "layout_version" and attrs.get(key) == 1):  # 1: read too
             raise DumpFormatError(
-                f"{str(path)!r}: {key} {attrs.get(key)!r} is not supported (this msprobe_nb reads {key} {want})"
+                f"{str(path)!r}: {key} {attrs.get(key)!r} is not supported (this msprobe_nb reads {key} "
+                f"{'1 or ' if key == 'layout_version' else ''}{want})"
             )
     return attrs
 
@@ -208,12 +209,36 @@ def _dataset(f: h5py.File, path: str) -> h5py.Dataset:
     return ds
 
 
+#: dataset path -> (group, dtype), to find a column's tail
+_COLUMN_GROUP = {path: (g, dtype) for g, (_, cols) in GROUPS.items() for path, dtype in cols.items()}
+
+
+def _tail(f: h5py.File, path: str) -> tuple[h5py.Dataset, int | None]:
+    """The tail holding ``path``'s unfinished chunk, and its column there (None: a layout-1 tail of its own)."""
+    if f.attrs.get("layout_version") == 1:
+        tail = _dataset(f, f"tail/{path}")
+        if tail.ndim != 2 or tail.shape[0] != 2:
+            raise ValueError(f"dataset tail/{path} has an unexpected shape {tail.shape}")
+        return tail, None
+    group, dtype = _COLUMN_GROUP[path]
+    tail = _dataset(f, f"tail/{group}/{dtype}")
+    try:
+        j = json.loads(tail.attrs["columns"]).index(path)
+    except (KeyError, ValueError, TypeError):
+        raise ValueError(f"dataset tail/{group}/{dtype} does not list the column {path}") from None
+    if tail.ndim != 3 or tail.shape[0] != 2 or j >= tail.shape[1]:
+        raise ValueError(f"dataset tail/{group}/{dtype} has an unexpected shape {tail.shape}")
+    return tail, j
+
+
 def _read_rows(f: h5py.File, path: str, length: int, slot: int, ranges: list[tuple[int, int]]) -> np.ndarray:
-    """Rows ``ranges`` of one group column: whole chunks from ``/path``, the rest from ``/tail/path``."""
-    main, tail = _dataset(f, path), _dataset(f, f"tail/{path}")
-    if main.ndim != 1 or tail.ndim != 2 or tail.shape[0] != 2:
-        raise ValueError(f"dataset {path} or tail/{path} has an unexpected shape")
-    m = length // tail.shape[1] * tail.shape[1]
+    """Rows ``ranges`` of one group column: whole chunks from ``/path``, the rest from its tail."""
+    main = _dataset(f, path)
+    tail, j = _tail(f, path)
+    if main.ndim != 1:
+        raise ValueError(f"dataset {path} has an unexpected shape {main.shape}")
+    chunk = tail.shape[-1]
+    m = length // chunk * chunk
     if main.shape[0] < m:
         raise ValueError(f"dataset {path} has {main.shape[0]} entries but the commit index says {m}")
     parts = []
@@ -221,7 +246,8 @@ def _read_rows(f: h5py.File, path: str, length: int, slot: int, ranges: list[tup
         if a < m:
             parts.append(main[a:min(b, m)])
         if b > m:
-            parts.append(tail[slot, max(a, m) - m:b - m])
+            lo, hi = max(a, m) - m, b - m
+            parts.append(tail[slot, lo:hi] if j is None else tail[slot, j, lo:hi])
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, main.dtype)

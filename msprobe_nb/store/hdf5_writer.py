@@ -29,7 +29,7 @@ __all__ = ["DumpWriter", "resolve_dump_dir"]
 FORMAT_NAME = "msprobe_nb.dump"
 #: Version of the HDF5 arrangement (groups, encodings, index). The calls-table columns carry their
 #: own version, ``schema.SCHEMA_VERSION``; a reader needs both to match.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 TOOL_NAME = "msprobe_nb"
 
 RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")
@@ -185,24 +185,32 @@ def _exact_int(v: Any) -> int:
 class _Group:
     """Columns that grow together, stored so that committed bytes are never rewritten.
 
-    Whole chunks go to the compressed main dataset (``/calls/max``), each written exactly once. The
-    last, partial chunk lives in an uncompressed two-slot tail (``/tail/calls/max``, shape (2, chunk)):
-    new rows are written after the committed ones in the current slot, and when a chunk fills up the
-    leftover rows go to the other slot. A kill therefore never damages what the last commit points to.
+    Whole chunks go to the compressed main dataset of each column (``/calls/max``), each written exactly
+    once. The last, partial chunk lives in uncompressed two-slot tails, one per dtype holding every column
+    of that dtype (``/tail/calls/float64``, shape (2, columns, chunk); the column order is its ``columns``
+    attribute): new rows are written after the committed ones in the current slot, and when a chunk fills
+    up the leftover rows go to the other slot. A kill therefore never damages what the last commit points
+    to, and a step costs one tail write per dtype, not one per column.
     """
 
     def __init__(self, f: h5py.File, name: str, chunk: int, columns: dict[str, str], filt: dict[str, Any]) -> None:
         self.name, self.chunk = name, chunk
         self.main: dict[str, h5py.Dataset] = {}
-        self.tail: dict[str, h5py.Dataset] = {}
+        by_dtype: dict[str, list[str]] = {}
         for path, dtype in columns.items():
             self.main[path] = f.create_dataset(
                 path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
                 track_times=False)
-            self.tail[path] = f.create_dataset(
-                f"tail/{path}", shape=(2, chunk), dtype=dtype, chunks=(1, chunk), track_times=False)
+            by_dtype.setdefault(dtype, []).append(path)
+        #: dtype -> (column paths, tail dataset)
+        self.tails: dict[str, tuple[list[str], h5py.Dataset]] = {}
+        for dtype, paths in by_dtype.items():
+            ds = f.create_dataset(f"tail/{name}/{dtype}", shape=(2, len(paths), chunk), dtype=dtype,
+                                  chunks=(1, len(paths), chunk), track_times=False)
+            ds.attrs["columns"] = json.dumps(paths)
+            self.tails[dtype] = (paths, ds)
         self.length, self.slot = 0, 0
-        self.buf = {p: np.empty(0, dtype) for p, dtype in columns.items()}
+        self.buf = {dtype: np.empty((len(paths), 0), dtype) for dtype, (paths, _) in self.tails.items()}
 
     def stage(self, data: dict[str, np.ndarray]) -> tuple[int, int, dict[str, np.ndarray]]:
         """Write ``data`` beyond the committed rows; returns the state to commit."""
@@ -211,35 +219,40 @@ class _Group:
             return self.length, self.slot, self.buf
         c, t = self.chunk, self.length % self.chunk
         base = self.length - t
+        blocks = {dtype: np.stack([np.asarray(data[p], dtype) for p in paths])
+                  for dtype, (paths, _) in self.tails.items()}
         if t + n < c:
-            for p, arr in data.items():
-                _write_row_slice(self.tail[p], self.slot, t, arr)
-            return self.length + n, self.slot, {p: np.concatenate([self.buf[p], arr]) for p, arr in data.items()}
+            for dtype, block in blocks.items():
+                _write_tail(self.tails[dtype][1], self.slot, t, block)
+            return (self.length + n, self.slot,
+                    {d: np.concatenate([self.buf[d], b], axis=1) for d, b in blocks.items()})
         full = (t + n) // c * c
         buf = {}
-        for p, arr in data.items():
-            comb = np.concatenate([self.buf[p], arr])
-            ds = self.main[p]
-            ds.resize((base + full,))
-            ds[base:base + full] = comb[:full]
-            rest = comb[full:]
-            if len(rest):
-                self.tail[p][1 - self.slot, :len(rest)] = rest
-            buf[p] = rest.copy()
+        for dtype, block in blocks.items():
+            paths, tail = self.tails[dtype]
+            comb = np.concatenate([self.buf[dtype], block], axis=1)
+            for j, p in enumerate(paths):
+                ds = self.main[p]
+                ds.resize((base + full,))
+                ds[base:base + full] = comb[j, :full]
+            rest = comb[:, full:]
+            if rest.shape[1]:
+                _write_tail(tail, 1 - self.slot, 0, rest)
+            buf[dtype] = rest.copy()
         return self.length + n, 1 - self.slot, buf
 
     def commit(self, state: tuple[int, int, dict[str, np.ndarray]]) -> None:
         self.length, self.slot, self.buf = state
 
 
-def _write_row_slice(ds: h5py.Dataset, row: int, start: int, arr: np.ndarray) -> None:
-    """``ds[row, start:start + len(arr)] = arr`` through h5py's low-level API: the per-step common path,
+def _write_tail(ds: h5py.Dataset, slot: int, start: int, block: np.ndarray) -> None:
+    """``ds[slot, :, start:start + n] = block`` through h5py's low-level API: the per-step common path,
     about 3x cheaper than the high-level slice assignment (which rebuilds a selection per call)."""
-    n = len(arr)
+    k, n = block.shape
     fspace = ds.id.get_space()
-    fspace.select_hyperslab((row, start), (1, n))
-    data = np.ascontiguousarray(arr, dtype=ds.dtype).reshape(1, n)
-    ds.id.write(h5s.create_simple((1, n)), fspace, data)
+    fspace.select_hyperslab((slot, 0, start), (1, k, n))
+    data = np.ascontiguousarray(block, dtype=ds.dtype).reshape(1, k, n)
+    ds.id.write(h5s.create_simple((1, k, n)), fspace, data)
 
 
 def _write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: int) -> None:
