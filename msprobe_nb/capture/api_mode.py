@@ -65,7 +65,8 @@ class ApiMode(TorchFunctionMode):
                 if policy is not None:
                     run, args, kwargs = policy.before(c, func, args, kwargs)
                 rec.add_rows(c, "forward", "input", args)
-                before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)]
+                before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)] \
+                    if torch.is_grad_enabled() else None
                 if kwargs:
                     rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
             except Exception as exc:

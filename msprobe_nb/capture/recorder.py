@@ -86,13 +86,14 @@ class Recorder:
         self.module_stack: list[tuple[torch.nn.Module, Call]] = []
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._stack_ids: dict[tuple, int] = {}
-        self._skip_code: dict[int, bool] = {}
+        self._stack_texts: dict[tuple, int] = {}
         self._wanted: dict[tuple[str, str], bool] = {}
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
         self._param_hooks: dict[int, Any] = {}
         self.scope_on = not cfg.scope
+        self._all_data = not cfg.data_mode or "all" in cfg.data_mode  # no data_mode filter to apply
         self.errors: list[str] = []
         self.reset_step()
 
@@ -161,38 +162,45 @@ class Recorder:
     def stack_id(self, frame) -> int:
         """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
 
-        The key is a tuple of (id(code), line) integers: hashing code objects themselves is slow. Codes
-        are kept alive in ``_codes`` so their ids stay unique.
+        The key is a tuple of (instruction offset, id(code)) integers for every frame, kit frames
+        included: hashing code objects is slow, and the walk is on every call. A new key is rendered
+        once, without the kit's frames, and keys that render alike share one id. The code objects of
+        every key are kept alive in ``_codes``, so their ids cannot be reused by other code.
         """
         if not self.cfg.stack or frame is None:
             return -1
         key = []
-        skip = self._skip_code
+        app = key.append
         f = frame
-        depth = 0
-        while f is not None and depth < MAX_STACK_DEPTH:
-            code = f.f_code
-            cid = id(code)
-            s = skip.get(cid)
-            if s is None:
-                s = skip[cid] = code.co_filename.startswith(_KIT_FILES)
-                self._codes[cid] = code
-            if not s:
-                key.append(cid)
-                key.append(f.f_lasti)  # the instruction: cheaper than f_lineno, turned into a line once below
+        depth = MAX_STACK_DEPTH
+        while f is not None and depth:
+            app(f.f_lasti)  # the instruction: cheaper than f_lineno, turned into a line once, below
+            app(id(f.f_code))
             f = f.f_back
-            depth += 1
+            depth -= 1
         key = tuple(key)
         sid = self._stack_ids.get(key)
         if sid is None:
-            sid = len(self._stack_ids)
-            self._stack_ids[key] = sid
-            frames = []
-            for i in range(0, len(key), 2):
-                c = self._codes[key[i]]
-                ln = _line_of(c, key[i + 1])
-                frames.append(f"File {c.co_filename}, line {ln}, in {c.co_name}, \n "
-                              f"{linecache.getline(c.co_filename, ln).strip()}")
+            sid = self._stack_ids[key] = self._new_stack(frame)
+        return sid
+
+    def _new_stack(self, frame) -> int:
+        frames = []
+        f = frame
+        depth = MAX_STACK_DEPTH
+        while f is not None and depth:
+            code = f.f_code
+            self._codes[id(code)] = code
+            if not code.co_filename.startswith(_KIT_FILES):
+                ln = _line_of(code, f.f_lasti)
+                frames.append(f"File {code.co_filename}, line {ln}, in {code.co_name}, \n "
+                              f"{linecache.getline(code.co_filename, ln).strip()}")
+            f = f.f_back
+            depth -= 1
+        text = tuple(frames)
+        sid = self._stack_texts.get(text)
+        if sid is None:
+            sid = self._stack_texts[text] = len(self._stack_texts)
             self._new_stacks[sid] = frames
         return sid
 
@@ -233,7 +241,7 @@ class Recorder:
     def add_rows(self, c: Call, direction: str, io: str, value: Any, *, is_kwarg: bool = False,
                  prefix: str = "", set_producer: bool = False) -> None:
         """Append one row per leaf of ``value`` (inputs, outputs, parameters, gradients)."""
-        if not c.dump or not self.wants(direction, io):
+        if not c.dump or not (self._all_data or self.wants(direction, io)):
             return
         items = leaves(value, prefix)
         if not items:
@@ -245,14 +253,18 @@ class Recorder:
             calls.append(c)
         rows = self.rows
         summarize = self.summarizer.summarize
+        provenance = self._provenance
+        dtype_names = _DTYPE_NAMES
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
         for path, leaf in items:
             name = f"{base}.{path}" if path else base
             if isinstance(leaf, torch.Tensor):
                 idx = summarize(leaf)
-                tid, producer = self._provenance(leaf, c.call, set_producer)
-                rows.append((k, name, io, path, is_kwarg, "tensor", _dtype_name(leaf.dtype), tuple(leaf.shape),
-                             leaf.numel(), _device_name(leaf), leaf.requires_grad, idx, "", "", tid, producer))
+                tid, producer = provenance(leaf, c.call, set_producer)
+                dt = leaf.dtype
+                rows.append((k, name, io, path, is_kwarg, "tensor", dtype_names.get(dt) or _dtype_name(dt),
+                             tuple(leaf.shape), leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
+                             leaf.requires_grad, idx, "", "", tid, producer))
             elif leaf is None:
                 rows.append((k, name, io, path, is_kwarg, "none", "", None, None, "", None, -1, "", "", None, ""))
             else:
@@ -277,7 +289,7 @@ class Recorder:
         return hit[1], hit[2]
 
     # ------------------------------------------------------------------ gradients
-    def attach_api_backward(self, c: Call, out: Any, before: list) -> None:
+    def attach_api_backward(self, c: Call, out: Any, before: list | None) -> None:
         """Record the API's backward when autograd runs its node: grads of outputs in, grads of inputs out.
 
         ``before`` holds (input tensor, its grad_fn before the call): an output that is an input with an
@@ -290,7 +302,7 @@ class Recorder:
         else:
             first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None),
                          None)
-        if first is None or any(first is a and first.grad_fn is fn for a, fn in before):
+        if first is None or any(first is a and first.grad_fn is fn for a, fn in before or ()):
             return
         recorder = self
         bname = _backward_name(c.call)

@@ -196,7 +196,7 @@ class Summarizer:
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
         d = t.detach() if t.requires_grad else t
-        on_cpu = d.device.type == "cpu"
+        on_cpu = d.is_cpu
         if self.want_stats:
             if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
                 try:
