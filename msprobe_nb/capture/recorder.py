@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.leaves import describe_value, leaves, walk
-from msprobe_nb.capture.naming import api_call_name, module_call_name
+from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.stats import Summarizer
 from msprobe_nb.store.schema import Coded
 
@@ -94,6 +94,7 @@ class Recorder:
         self._param_hooks: dict[int, Any] = {}
         self.scope_on = not cfg.scope
         self._all_data = not cfg.data_mode or "all" in cfg.data_mode  # no data_mode filter to apply
+        self._select_all = not cfg.scope and not cfg.list  # no scope / list filter to apply
         self.errors: list[str] = []
         self.reset_step()
 
@@ -106,6 +107,7 @@ class Recorder:
         self.rows: list[tuple] = []
         self.calls: list[Call] = []  # calls with rows this step, in order of their first row
         self.counters: dict[str, int] = {}
+        self.api_counters: dict[tuple[str, str], int] = {}  # API calls: keyed by (family, op)
         self.grad_counters: dict[str, int] = {}
         self.construct: dict[str, str | None] = {}
         self.call_index = 0
@@ -209,15 +211,20 @@ class Recorder:
         return self.module_stack[-1][1].call if self.module_stack else ""
 
     def open_api(self, family: str, op: str, frame) -> Call:
-        counter = self.next_counter(f"{family}.{op}")
-        name = api_call_name(family, op, counter, "forward")
-        c = Call(name, family, op, counter, "forward", parent=self.current_parent())
-        c.dump = self.selected(name, family, op)
+        key = (family, op)
+        counter = self.api_counters.get(key, 0)
+        self.api_counters[key] = counter + 1
+        name = f"{family}.{op}.{counter}.forward"  # naming.api_call_name, inlined: this runs on every call
+        stack = self.module_stack
+        parent = stack[-1][1].call if stack else ""
+        c = Call(name, family, op, counter, "forward", "", parent)
+        c.dump = self._select_all or self.selected(name, family, op)
         if c.dump:
             c.stack_id = self.stack_id(frame)
-            c.index = self._take_index()
-            if c.parent or self.module_stack:
-                self.construct[name] = c.parent or None
+            c.index = self.call_index
+            self.call_index += 1
+            if stack:
+                self.construct[name] = parent or None
         return c
 
     def open_module(self, module: torch.nn.Module, path: str, frame) -> Call:
@@ -312,12 +319,13 @@ class Recorder:
             if not recorder.active:
                 return
             with recorder.working():
-                b = Call(bname, c.family, c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
-                         stack_id=c.stack_id, index=recorder._take_index())
+                b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
+                         recorder.call_index)
+                recorder.call_index += 1
                 if parent:
                     recorder.construct[bname] = parent
-                recorder.add_rows(b, "backward", "input", list(grad_outputs))
-                recorder.add_rows(b, "backward", "output", list(grad_inputs))
+                recorder.add_rows(b, "backward", "input", grad_outputs)
+                recorder.add_rows(b, "backward", "output", grad_inputs)
 
         self._handles.append(first.grad_fn.register_hook(hook))
 
