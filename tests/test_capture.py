@@ -521,3 +521,23 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time():
     assert s.summarize(torch.ones(4)) == 0
     out, _ = s.materialize()
     assert out.tolist() == [[1.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0]]
+
+
+def test_modules_added_between_steps_get_their_paths(tmp_path):
+    """start(model) skips re-walking an unchanged model; changed models and deeper additions are still named."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU()))
+    x = torch.randn(2, 3)
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L0")
+    dbg.start(model)
+    model(x)
+    dbg.stop()
+    dbg.step()
+    model[1].append(nn.Tanh())  # deeper: same top-level children
+    model.append(nn.Linear(3, 1))  # top level: the model is walked again
+    dbg.start(model)
+    model(x)
+    dbg.stop()
+    dbg.close()
+    calls = read_hdf5(tmp_path / "d").calls
+    step1 = set(calls[calls.step == 1].call)
+    assert "Module.1.1.Tanh.forward.0" in step1 and "Module.2.Linear.forward.0" in step1

@@ -14,6 +14,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,7 @@ class Recorder:
                                      keep_tensors=cfg.task == "tensor")
         self.module_stack: list[tuple[torch.nn.Module, Call]] = []
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._registered: tuple = ()
         self._stack_ids: dict[tuple, int] = {}
         self._stack_texts: dict[tuple, int] = {}
         self._wanted: dict[tuple[str, str], bool] = {}
@@ -433,7 +435,14 @@ class Recorder:
         return path
 
     def register_model(self, model) -> None:
+        """Name every submodule by its dotted path. ``start(model)`` runs once per step: the walk is skipped
+        when the same model objects with the same top-level children were registered already (a module
+        added deeper later is still named, from its parent, by :meth:`module_path`)."""
         models = model if isinstance(model, (list, tuple)) else [model]
+        key = tuple((id(m), tuple(map(id, getattr(m, "_modules", {}).values()))) for m in models)
+        if key == self._registered:
+            return
+        self._registered = key
         for i, m in enumerate(models):
             prefix = f"{i}." if len(models) > 1 else ""
             for name, sub in m.named_modules():
@@ -454,8 +463,9 @@ class Recorder:
         for f in ("numel", "tensor_id", "requires_grad"):
             out[f] = np.array(out[f], dtype=np.float64)
         codes = np.asarray(cols[_F["_call"]], dtype=np.int64)
+        calls = self.calls
         for col, attr in CALL_FIELDS:
-            out[col] = Coded(codes, [getattr(c, attr) for c in self.calls])
+            out[col] = Coded(codes, list(map(attrgetter(attr), calls)))
         sidx = np.asarray(cols[_F["_stat"]], dtype=np.int64)
         has = sidx >= 0
         # one padded row of NaN stands for "no statistics" (values, None, tensors without data)
