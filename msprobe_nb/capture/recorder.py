@@ -93,6 +93,7 @@ class Recorder:
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
+        self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
         self._param_hooks: dict[int, Any] = {}
         self.scope_on = not cfg.scope
         self._all_data = not cfg.data_mode or "all" in cfg.data_mode  # no data_mode filter to apply
@@ -335,7 +336,8 @@ class Recorder:
         """Module backward through tensor hooks on its outputs and inputs (no BackwardHook node is inserted,
         so gradients are computed exactly as without the kit; the input side is the input tensor's full grad).
 
-        One plain ``register_hook`` per tensor: each gradient becomes its row when autograd computes it.
+        One plain ``register_hook`` per tensor, shared by every module that sees it (one module's output is
+        usually the next one's input): each gradient becomes its rows when autograd computes it.
         """
         if not c.dump or not torch.is_grad_enabled():
             return
@@ -348,23 +350,31 @@ class Recorder:
         parent = _backward_name(c.parent) if c.parent else ""
         b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
                  stack_id=c.stack_id)
+        watched = self._grad_watch
+        for io, items in (("input", outs), ("output", ins)):
+            for path, t in items:
+                hit = watched.get(id(t))
+                if hit is None or hit[0]() is not t:
+                    consumers: list = []
+                    self._handles.append(t.register_hook(self._grad_hook(consumers)))
+                    watched[id(t)] = (weakref.ref(t), consumers)
+                else:
+                    consumers = hit[1]
+                consumers.append((b, io, path))
+
+    def _grad_hook(self, consumers: list):
+        """The hook of one tensor: its gradient is a row of each module backward in ``consumers``."""
         recorder = self
 
-        def hook_for(io: str, path: str):
-            def hook(grad):
-                if recorder.active:
-                    with recorder.working():
+        def hook(grad):
+            if recorder.active:
+                with recorder.working():
+                    for b, io, path in consumers:
                         if b.index < 0:
                             b.index = recorder._take_index()
-                            recorder.construct[bname] = parent or None
+                            recorder.construct[b.call] = b.parent or None
                         recorder.add_rows(b, "backward", io, grad, prefix=path)
-            return hook
-
-        handles = self._handles
-        for path, t in outs:
-            handles.append(t.register_hook(hook_for("input", path)))
-        for path, t in ins:
-            handles.append(t.register_hook(hook_for("output", path)))
+        return hook
 
     def watch_parameters(self, module: torch.nn.Module, path: str) -> None:
         """Parameter gradients: a post-accumulate hook per parameter, removed when recording stops."""
@@ -403,6 +413,7 @@ class Recorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._grad_watch.clear()
 
     def remove_all_hooks(self) -> None:
         self.remove_step_hooks()
