@@ -541,3 +541,16 @@ def test_modules_added_between_steps_get_their_paths(tmp_path):
     calls = read_hdf5(tmp_path / "d").calls
     step1 = set(calls[calls.step == 1].call)
     assert "Module.1.1.Tanh.forward.0" in step1 and "Module.2.Linear.forward.0" in step1
+
+
+def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
+    from msprobe_nb.capture import stats
+    from msprobe_nb.capture.stats import Summarizer, _cpu_stats
+    monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one buffer of 1024 elements
+    s = Summarizer()
+    a, b = torch.randn(1024), torch.randn(1000)
+    ia, ib = s.summarize(a), s.summarize(b)
+    assert s._values[ia] is None and s._values[ib] is not None  # a staged, b computed at once
+    out, _ = s.materialize()
+    for i, t in ((ia, a), (ib, b)):
+        assert out[i].tolist() == pytest.approx(list(_cpu_stats(t)), rel=1e-5)

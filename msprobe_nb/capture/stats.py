@@ -95,6 +95,9 @@ def _device_stats(t: torch.Tensor) -> torch.Tensor:
 STAGE_MAX_NUMEL = 1 << 16
 #: bytes of one batch buffer (one per distinct element count); a full buffer is reduced at once.
 STAGE_BYTES = 1 << 19
+#: bytes of all batch buffers together (they stay allocated from step to step); sizes seen once the
+#: budget is spent are summarised one tensor at a time.
+STAGE_BUDGET = 1 << 21
 
 
 class _Batches:
@@ -108,18 +111,25 @@ class _Batches:
 
     def __init__(self):
         self._groups: dict[int, list] = {}  # numel -> [buffer (rows, numel), rows used, summary indices]
+        self._allocated = 0
 
-    def add(self, a: np.ndarray, idx: int, values: list) -> None:
+    def add(self, a: np.ndarray, idx: int, values: list) -> bool:
+        """Stage ``a`` as summary ``idx``; False when its size has no buffer (the budget is spent)."""
         n = a.size
         g = self._groups.get(n)
         if g is None:
-            g = self._groups[n] = [np.empty((max(2, min(256, STAGE_BYTES // (4 * n))), n), np.float32), 0, []]
+            rows = max(2, min(256, STAGE_BYTES // (4 * n)))
+            if self._allocated + rows * n * 4 > STAGE_BUDGET:
+                return False
+            self._allocated += rows * n * 4
+            g = self._groups[n] = [np.empty((rows, n), np.float32), 0, []]
         buf, k, where = g
         buf[k] = a.reshape(-1)
         where.append(idx)
         g[1] = k + 1
         if k + 1 == len(buf):
             self._reduce(g, values)
+        return True
 
     def flush(self, values: list) -> None:
         for g in self._groups.values():
@@ -205,7 +215,8 @@ class Summarizer:
                     self._values.append(_cpu_stats(d))
                 else:
                     self._values.append(None)  # filled when its batch is reduced
-                    self._batches.add(a, len(self._values) - 1, self._values)
+                    if not self._batches.add(a, len(self._values) - 1, self._values):
+                        self._values[-1] = _cpu_stats(d)
             else:
                 self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
