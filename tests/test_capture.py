@@ -546,7 +546,8 @@ def test_modules_added_between_steps_get_their_paths(tmp_path):
 def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
-    monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one buffer of 1024 elements
+    monkeypatch.setattr(stats, "STAGE_BYTES", 2 * 4 * 1024)  # buffers of two rows of 1024 elements
+    monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one such buffer
     s = Summarizer()
     a, b = torch.randn(1024), torch.randn(1000)
     ia, ib = s.summarize(a), s.summarize(b)
