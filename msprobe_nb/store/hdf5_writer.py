@@ -232,9 +232,7 @@ class _Group:
             paths, tail = self.tails[dtype]
             comb = np.concatenate([self.buf[dtype], block], axis=1)
             for j, p in enumerate(paths):
-                ds = self.main[p]
-                ds.resize((base + full,))
-                ds[base:base + full] = comb[j, :full]
+                _append_main(self.main[p], base, comb[j, :full])
             rest = comb[:, full:]
             if rest.shape[1]:
                 _write_tail(tail, 1 - self.slot, 0, rest)
@@ -243,6 +241,15 @@ class _Group:
 
     def commit(self, state: tuple[int, int, dict[str, np.ndarray]]) -> None:
         self.length, self.slot, self.buf = state
+
+
+def _append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
+    """``ds.resize(base + n); ds[base:] = arr`` through the low-level API (whole chunks, once per chunk)."""
+    n = len(arr)
+    ds.id.set_extent((base + n,))
+    fspace = ds.id.get_space()
+    fspace.select_hyperslab((base,), (n,))
+    ds.id.write(h5s.create_simple((n,)), fspace, np.ascontiguousarray(arr, dtype=ds.dtype))
 
 
 def _write_tail(ds: h5py.Dataset, slot: int, start: int, block: np.ndarray) -> None:
