@@ -418,27 +418,23 @@ class DumpWriter:
         return np.asarray(ids, dtype=np.int32)
 
     def _shape_column(self, values: Any) -> np.ndarray:
-        out = np.empty(len(values), dtype=np.int32)
-        cache: dict[Any, int] = {}
-        for i, s in enumerate(values):
-            try:
-                out[i] = cache[s]
-                continue
-            except (KeyError, TypeError):
-                pass
-            if _is_missing(s):
-                sid = -1
-            else:
-                try:
-                    sid = self._shape_id(s)
-                except (TypeError, ValueError) as e:
-                    raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
-            out[i] = sid
-            try:
-                cache[s] = sid
-            except TypeError:
-                pass
-        return out
+        vals = _as_list(values)
+        try:  # known shapes without a Python-level loop
+            ids = list(map(self._shape_ids.get, vals))
+        except TypeError:  # unhashable entries (lists): all through the loop below
+            ids = [None] * len(vals)
+        if None in ids:
+            for i, (s, k) in enumerate(zip(vals, ids)):
+                if k is not None:
+                    continue
+                if _is_missing(s):
+                    ids[i] = -1
+                else:
+                    try:
+                        ids[i] = self._shape_id(s)
+                    except (TypeError, ValueError) as e:
+                        raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
+        return np.asarray(ids, dtype=np.int32)
 
     def _convert(self, col: str, values: Any, n: int) -> np.ndarray:
         if isinstance(values, Coded):  # convert each distinct value once, then repeat by code
@@ -572,9 +568,10 @@ class DumpWriter:
                 frames = [frames]
             new_stacks.append((sid, [self._intern(str(fr)) for fr in frames]))
 
-        con_call = np.fromiter((self._intern(str(c)) for c in construct), np.int32, count=len(construct))
-        con_parent = np.fromiter((-1 if _is_missing(p) else self._intern(str(p)) for p in construct.values()),
-                                 np.int32, count=len(construct))
+        parents = list(construct.values())
+        con_call = self._string_ids("construct", list(construct))
+        con_parent = np.where(np.array([p is None or _is_missing(p) for p in parents], dtype=bool), -1,
+                              self._string_ids("construct", parents)).astype(np.int32)
 
         tens = []
         for name, t in tensors.items():
