@@ -77,7 +77,7 @@ class ApiMode(TorchFunctionMode):
             try:
                 if (family, op) in SAME_ELEMENTS and isinstance(out, torch.Tensor) and args \
                         and isinstance(args[0], torch.Tensor):
-                    rec.summarizer.alias(out, args[0])
+                    rec.share_summary(out, args[0])
                 rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
                              set_producer=True)
                 rec.attach_api_backward(c, out, before)

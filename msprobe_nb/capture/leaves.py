@@ -44,7 +44,7 @@ _POS = tuple(str(i) for i in range(256))  # argument positions as path strings, 
 
 def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """``list(walk(value, prefix))``, with a fast path for flat argument tuples (the common case)."""
-    if type(value) in _SEQ and not is_namedtuple(value):
+    if type(value) in _SEQ:  # exactly list or tuple: a namedtuple is a subclass
         out = []
         for i, item in enumerate(value):
             p = f"{prefix}.{i}" if prefix else (_POS[i] if i < 256 else str(i))

@@ -115,7 +115,7 @@ class Recorder:
         self.construct: dict[str, str | None] = {}
         self.call_index = 0
         self.summarizer.reset()
-        self._producers: dict[int, tuple] = {}  # id(tensor) -> (weakref, tensor_id, producer call)
+        self._seen: dict[int, list] = {}  # id(tensor) -> [weakref, version, summary, tensor_id, producer]
         self._next_tensor_id = 0
 
     def wants_step(self) -> bool:
@@ -262,18 +262,20 @@ class Recorder:
             k = c.slot = len(calls)
             calls.append(c)
         rows = self.rows
-        summarize = self.summarizer.summarize
-        provenance = self._provenance
+        seen = self._seen
         dtype_names = _DTYPE_NAMES
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
         for path, leaf in items:
             name = f"{base}.{path}" if path else base
             if isinstance(leaf, torch.Tensor):
-                idx = summarize(leaf)
-                tid, producer = provenance(leaf, c.call, set_producer)
+                e = seen.get(id(leaf))
+                if e is not None and e[0]() is leaf and not set_producer and e[1] == leaf._version:
+                    idx, tid, producer = e[2], e[3], e[4]  # seen unchanged: the common case for inputs
+                else:
+                    idx, tid, producer = self._first_sight(leaf, e, c.call, set_producer)
                 dt = leaf.dtype
                 rows.append((k, name, io, path, is_kwarg, "tensor", dtype_names.get(dt) or _dtype_name(dt),
-                             tuple(leaf.shape), leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
+                             leaf.shape, leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
                              leaf.requires_grad, idx, "", "", tid, producer))
             elif leaf is None:
                 rows.append((k, name, io, path, is_kwarg, "none", "", None, None, "", None, -1, "", "", None, ""))
@@ -282,21 +284,47 @@ class Recorder:
                 rows.append((k, name, io, path, is_kwarg, "value", "", None, None, "", None, -1, vtype, vtext,
                              None, ""))
 
-    def _provenance(self, t: torch.Tensor, call: str, set_producer: bool) -> tuple[int, str]:
-        """(tensor_id, producing call) for ``t``; outputs become the producer of the tensor object."""
-        key = id(t)
-        hit = self._producers.get(key)
-        alive = hit is not None and hit[0]() is t
-        if set_producer or not alive:
+    def _first_sight(self, t: torch.Tensor, e: list | None, call: str, set_producer: bool) -> tuple[int, int, str]:
+        """(summary index, tensor_id, producer) of ``t`` when it is new, changed, or an output.
+
+        ``_seen`` maps id(tensor) to [weakref, version, summary index, tensor_id, producing call]: the
+        summary is reused while the version counter is unchanged; an output makes ``call`` the producer of
+        the tensor object (a new tensor_id, even when an in-place op returns its input).
+        """
+        if e is None or e[0]() is not t:  # a new object (or a dead one's id reused)
             tid = self._next_tensor_id
             self._next_tensor_id += 1
-            producer = call if set_producer else ""
+            idx = self.summarizer.summarize(t)
             try:
-                self._producers[key] = (weakref.ref(t), tid, producer)
-            except TypeError:
+                self._seen[id(t)] = [weakref.ref(t), t._version, idx, tid, call if set_producer else ""]
+            except TypeError:  # not weak-referenceable: never cached
                 pass
-            return tid, ("" if set_producer else producer)
-        return hit[1], hit[2]
+            return idx, tid, ""
+        if e[1] != t._version:  # changed in place since it was summarised
+            e[1] = t._version
+            e[2] = self.summarizer.summarize(t)
+        if set_producer:  # an object seen before comes out of this call: a new identity, made by ``call``
+            e[3] = self._next_tensor_id
+            self._next_tensor_id += 1
+            e[4] = call
+            return e[2], e[3], ""
+        return e[2], e[3], e[4]
+
+    def share_summary(self, out: torch.Tensor, source: torch.Tensor) -> None:
+        """Let the output of a reshape / transpose / copy API reuse its input's summary (see
+        :meth:`Summarizer.can_share`); the input must have been summarised, unchanged since."""
+        e = self._seen.get(id(source))
+        if e is None or e[0]() is not source or e[1] != source._version or e[2] < 0 \
+                or not self.summarizer.can_share(out, source):
+            return
+        o = self._seen.get(id(out))
+        if o is not None and o[0]() is out:
+            return  # an object already seen (an API that returned its input): keep what it has
+        try:
+            self._seen[id(out)] = [weakref.ref(out), out._version, e[2], self._next_tensor_id, ""]
+        except TypeError:
+            return
+        self._next_tensor_id += 1
 
     # ------------------------------------------------------------------ gradients
     def attach_api_backward(self, c: Call, out: Any, before: list | None) -> None:

@@ -3,13 +3,12 @@
 Why: a ``.item()`` per call synchronises an accelerator with the host, which slows the run and can change
 its results (seed FAQ, "model computation result change"). On accelerators every summary stays a small
 device tensor until :meth:`Summarizer.materialize`; on the CPU there is nothing to synchronise, so values
-are read at once. A tensor seen again unchanged (same object, same version counter) reuses its summary:
-the output of one call is usually the input of the next.
+are read at once. The recorder reuses the summary of a tensor seen again unchanged (same object, same
+version counter): the output of one call is usually the input of the next.
 """
 from __future__ import annotations
 
 import math
-import weakref
 import zlib
 
 import numpy as np
@@ -190,64 +189,50 @@ class Summarizer:
         self._values: list = []            # tuple of floats (CPU) or device tensor of 7
         self._hashes: list = []            # str, or a host copy awaiting its CRC
         self.tensors: list = []            # tensor mode: host copies
-        self._cache: dict[int, tuple] = {}  # id(t) -> (weakref, version, index)
         if not hasattr(self, "_batches"):
             self._batches = _Batches()  # its buffers are kept from step to step
         self._batches.clear()
 
     def summarize(self, t: torch.Tensor) -> int:
-        """Index of ``t``'s summary in this step's buffers (-1 when it has no data)."""
-        key = id(t)
-        version = t._version
-        hit = self._cache.get(key)
-        if hit is not None and hit[1] == version and hit[0]() is t:
-            return hit[2]
+        """Index of ``t``'s summary in this step's buffers (-1 when it has no data).
+
+        Every call summarises ``t`` as it is now; :class:`~msprobe_nb.capture.recorder.Recorder` remembers
+        which tensor objects (and versions) it has summarised already.
+        """
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
         d = t.detach() if t.requires_grad else t
         on_cpu = d.is_cpu
+        values = self._values
         if self.want_stats:
             if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
                 try:
                     a = d.numpy()
                 except (RuntimeError, TypeError):  # conjugate / negative views and the like
-                    self._values.append(_cpu_stats(d))
+                    values.append(_cpu_stats(d))
                 else:
-                    self._values.append(None)  # filled when its batch is reduced
-                    if not self._batches.add(a, len(self._values) - 1, self._values):
-                        self._values[-1] = _cpu_stats(d)
+                    values.append(None)  # filled when its batch is reduced
+                    if not self._batches.add(a, len(values) - 1, values):
+                        values[-1] = _cpu_stats(d)
             else:
-                self._values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
+                values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
-            self._values.append(_EMPTY)
+            values.append(_EMPTY)
         if self.want_hash:
             self._hashes.append(_crc32(d) if on_cpu else d.to("cpu", non_blocking=True))
         if self.keep_tensors:
             self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
                                 else d.to("cpu", non_blocking=True))
-        idx = len(self._values) - 1
-        try:
-            self._cache[key] = (weakref.ref(t), version, idx)
-        except TypeError:
-            pass
-        return idx
+        return len(values) - 1
 
-    def alias(self, out: torch.Tensor, source: torch.Tensor) -> bool:
-        """Let ``out`` reuse ``source``'s summary when it holds exactly the same elements (a reshape,
-        transpose, contiguous copy...): max, min, mean, norm and the counts of a permutation of the same
-        values are the same numbers (mean and norm up to the rounding of a different summation order).
+    def can_share(self, out: torch.Tensor, source: torch.Tensor) -> bool:
+        """Whether ``out`` may reuse ``source``'s summary because it holds exactly the same elements (a
+        reshape, transpose, contiguous copy...): max, min, mean, norm and the counts of a permutation of
+        the same values are the same numbers (mean and norm up to the rounding of another summation order).
         Only in statistics mode: hashes and saved tensors depend on the memory layout."""
-        if self.want_hash or self.keep_tensors or out.dtype != source.dtype or out.numel() != source.numel():
-            return False
-        hit = self._cache.get(id(source))
-        if hit is None or hit[0]() is not source or hit[1] != source._version:
-            return False
-        try:
-            self._cache[id(out)] = (weakref.ref(out), out._version, hit[2])
-        except TypeError:
-            return False
-        return True
+        return not (self.want_hash or self.keep_tensors) and out.dtype == source.dtype \
+            and out.numel() == source.numel()
 
     def materialize(self) -> tuple[np.ndarray, list[str]]:
         """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
