@@ -555,3 +555,27 @@ def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
     out, _ = s.materialize()
     for i, t in ((ia, a), (ib, b)):
         assert out[i].tolist() == pytest.approx(list(_cpu_stats(t)), rel=1e-5)
+
+
+@pytest.mark.parametrize("level", ["L1", "L0"])
+def test_a_recording_failure_in_backward_never_breaks_the_backward(level, tmp_path, monkeypatch):
+    from msprobe_nb.capture.recorder import Recorder
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    orig = Recorder.add_rows
+
+    def failing(self, c, direction, *a, **k):
+        if direction in ("backward", "parameters_grad"):
+            raise ValueError("injected")
+        return orig(self, c, direction, *a, **k)
+
+    monkeypatch.setattr(Recorder, "add_rows", failing)
+    with pytest.warns(RuntimeWarning, match="injected"):
+        with msprobe_nb.record(dump_path=tmp_path / "d", level=level, model=model) as dbg:
+            model(x).sum().backward()
+    assert all(torch.equal(p.grad, w) for p, w in zip(model.parameters(), want))  # bitwise
+    assert any("injected" in e for e in dbg.errors)

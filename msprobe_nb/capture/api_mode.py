@@ -58,29 +58,40 @@ class ApiMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             run, args, kwargs = policy.before(Call("", family, op, -1, "forward", dump=False), func, args, kwargs)
             return run(*args, **kwargs)
-        with rec.working():
-            try:
-                c = rec.open_api(family, op, frame)
-                run = func
-                if policy is not None:
-                    run, args, kwargs = policy.before(c, func, args, kwargs)
-                rec.add_rows(c, "forward", "input", args)
-                before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)] \
-                    if torch.is_grad_enabled() else None
-                if kwargs:
-                    rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
-            except Exception as exc:
-                rec.note_error(f"inputs of {family}.{op}", exc)
-                return func(*args, **kwargs)
+        lock = rec.lock  # rec.working(), inlined: this is the hot path
+        lock.acquire()
+        rec.busy += 1
+        try:
+            c = rec.open_api(family, op, frame)
+            run = func
+            if policy is not None and (family, op) in RANDOM_APIS:
+                run, args, kwargs = policy.before(c, func, args, kwargs)
+            rec.add_rows(c, "forward", "input", args)
+            before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)] \
+                if torch.is_grad_enabled() else None
+            if kwargs:
+                rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
+        except Exception as exc:
+            rec.note_error(f"inputs of {family}.{op}", exc)
+            c = None
+        finally:
+            rec.busy -= 1
+            lock.release()
+        if c is None:
+            return func(*args, **kwargs)
         out = run(*args, **kwargs)
-        with rec.working():
-            try:
-                if (family, op) in SAME_ELEMENTS and isinstance(out, torch.Tensor) and args \
-                        and isinstance(args[0], torch.Tensor):
-                    rec.share_summary(out, args[0])
-                rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else [out],
-                             set_producer=True)
-                rec.attach_api_backward(c, out, before)
-            except Exception as exc:
-                rec.note_error(f"outputs of {family}.{op}", exc)
+        lock.acquire()
+        rec.busy += 1
+        try:
+            if (family, op) in SAME_ELEMENTS and isinstance(out, torch.Tensor) and args \
+                    and isinstance(args[0], torch.Tensor):
+                rec.share_summary(out, args[0])
+            rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else (out,),
+                         set_producer=True)
+            rec.attach_api_backward(c, out, before)
+        except Exception as exc:
+            rec.note_error(f"outputs of {family}.{op}", exc)
+        finally:
+            rec.busy -= 1
+            lock.release()
         return out

@@ -93,6 +93,7 @@ class Recorder:
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
+        self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
         self._param_hooks: dict[int, Any] = {}
         self.scope_on = not cfg.scope
@@ -340,16 +341,29 @@ class Recorder:
         else:
             first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None),
                          None)
-        if first is None or any(first is a and first.grad_fn is fn for a, fn in before or ()):
+        if first is None:
             return
+        fn0 = first.grad_fn
+        for a, fn in before or ():
+            if a is first and fn is fn0:
+                return
         recorder = self
-        bname = _backward_name(c.call)
-        parent = _backward_name(c.parent) if c.parent else ""
+        call = c.call
+        bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
+        parent = c.parent
+        if parent:
+            bparent = self._backward_names.get(parent)
+            if bparent is None:
+                bparent = self._backward_names[parent] = _backward_name(parent)
+            parent = bparent
 
         def hook(grad_inputs, grad_outputs):
             if not recorder.active:
                 return
-            with recorder.working():
+            lock = recorder.lock
+            lock.acquire()
+            recorder.busy += 1
+            try:
                 b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
                          recorder.call_index)
                 recorder.call_index += 1
@@ -357,6 +371,11 @@ class Recorder:
                     recorder.construct[bname] = parent
                 recorder.add_rows(b, "backward", "input", grad_outputs)
                 recorder.add_rows(b, "backward", "output", grad_inputs)
+            except Exception as exc:  # never break the user's backward
+                recorder.note_error(f"backward of {call}", exc)
+            finally:
+                recorder.busy -= 1
+                lock.release()
 
         self._handles.append(first.grad_fn.register_hook(hook))
 
@@ -397,11 +416,14 @@ class Recorder:
         def hook(grad):
             if recorder.active:
                 with recorder.working():
-                    for b, io, path in consumers:
-                        if b.index < 0:
-                            b.index = recorder._take_index()
-                            recorder.construct[b.call] = b.parent or None
-                        recorder.add_rows(b, "backward", io, grad, prefix=path)
+                    try:
+                        for b, io, path in consumers:
+                            if b.index < 0:
+                                b.index = recorder._take_index()
+                                recorder.construct[b.call] = b.parent or None
+                            recorder.add_rows(b, "backward", io, grad, prefix=path)
+                    except Exception as exc:  # never break the user's backward
+                        recorder.note_error("a module backward", exc)
         return hook
 
     def watch_parameters(self, module: torch.nn.Module, path: str) -> None:
@@ -424,16 +446,22 @@ class Recorder:
             if not recorder.active or p.grad is None:
                 return
             with recorder.working():
-                key = f"{path}.{cls}.{pname}"
-                k = recorder.grad_counters.get(key, 0)
-                recorder.grad_counters[key] = k + 1
-                name = f"Module.{path}.{cls}.parameters_grad.{k}"
-                index = recorder.grad_counters.get(name)  # one call per module and firing: params share it
-                if index is None:
-                    index = recorder.grad_counters[name] = recorder._take_index()
-                c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=index)
-                c.dump = recorder.selected(name, "Module", cls)
-                recorder.add_rows(c, "parameters_grad", "parameters_grad", {pname: p.grad})
+                try:
+                    record_grad(p)
+                except Exception as exc:  # never break the user's backward
+                    recorder.note_error(f"the gradient of {path}.{pname}", exc)
+
+        def record_grad(p):
+            key = f"{path}.{cls}.{pname}"
+            k = recorder.grad_counters.get(key, 0)
+            recorder.grad_counters[key] = k + 1
+            name = f"Module.{path}.{cls}.parameters_grad.{k}"
+            index = recorder.grad_counters.get(name)  # one call per module and firing: params share it
+            if index is None:
+                index = recorder.grad_counters[name] = recorder._take_index()
+            c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=index)
+            c.dump = recorder.selected(name, "Module", cls)
+            recorder.add_rows(c, "parameters_grad", "parameters_grad", {pname: p.grad})
 
         return hook
 
