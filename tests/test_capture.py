@@ -465,6 +465,22 @@ def test_reshaped_outputs_reuse_their_inputs_statistics_correctly(tmp_path):
     assert c.loc["Torch.relu.0.forward.input.0", "max"] == pytest.approx(float(2 * x.max()), rel=1e-6)
 
 
+def test_gradients_through_reshapes_reuse_statistics_correctly(tmp_path):
+    x = torch.randn(6, 5, requires_grad=True)
+    w = torch.randn(30)
+    with msprobe_nb.record(dump_path=tmp_path / "d"):
+        h = x * 3
+        y = h.t().reshape(-1)
+        (y * w).sum().backward()
+    c = read_hdf5(tmp_path / "d").calls.set_index("name")
+    g = w.reshape(5, 6)  # the gradient arriving at the reshape's output, in the transposed layout
+    for name in ("Tensor.reshape.0.backward.input.0", "Tensor.reshape.0.backward.output.0",
+                 "Tensor.t.0.backward.input.0", "Tensor.t.0.backward.output.0"):
+        for col, want in (("max", g.max()), ("min", g.min()), ("mean", g.mean()), ("norm", g.norm())):
+            assert c.loc[name, col] == pytest.approx(float(want), rel=1e-6), (name, col)
+    assert c.loc["Tensor.__mul__.0.backward.output.0", "max"] == pytest.approx(float((3 * g).max()), rel=1e-6)
+
+
 def test_recording_does_not_import_pandas_or_widgets(tmp_path):
     """A training process that only records pays for neither pandas nor ipywidgets (memory, start-up)."""
     code = ("import sys, torch, msprobe_nb\n"

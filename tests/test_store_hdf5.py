@@ -306,14 +306,10 @@ CHILD = textwrap.dedent("""
     elif mode == "inside":  # kill inside write_step(3): data written and flushed, commit row not yet
         for s in range(3):
             write(s)
-        idx = w._index
-        class Stall:
-            def resize(self, *a):
-                print("inside", flush=True)
-                time.sleep(60)
-            def __getattr__(self, k):
-                return getattr(idx, k)
-        w._index = Stall()
+        def stall(row):
+            print("inside", flush=True)
+            time.sleep(60)
+        w._append_index = stall
         write(3)
     else:                   # write steps as fast as possible until killed
         for s in range(100000):

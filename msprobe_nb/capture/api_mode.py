@@ -14,19 +14,9 @@ from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.naming import api_name
 from msprobe_nb.capture.randomness import RANDOM_APIS
-from msprobe_nb.capture.recorder import Call, Recorder
+from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
-
-#: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
-#: output reuses the input's statistics instead of reducing the same values again.
-SAME_ELEMENTS = frozenset({
-    ("Tensor", n) for n in ("view", "reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze",
-                            "contiguous", "clone", "detach", "view_as", "reshape_as", "unflatten", "movedim",
-                            "swapaxes", "swapdims", "mT")} | {
-    ("Torch", n) for n in ("reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze", "clone",
-                           "detach", "movedim", "swapaxes", "swapdims")})
-
 
 class ApiMode(TorchFunctionMode):
     """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""

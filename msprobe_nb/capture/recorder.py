@@ -38,6 +38,17 @@ ROW_FIELDS = (
     "_stat", "value_type", "value", "tensor_id", "producer",
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
+
+#: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
+#: output reuses the input's statistics instead of reducing the same values again, and in backward the
+#: gradient of that input reuses the statistics of the gradient of the output (the same elements, too).
+SAME_ELEMENTS = frozenset({
+    ("Tensor", n) for n in ("view", "reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze",
+                            "contiguous", "clone", "detach", "view_as", "reshape_as", "unflatten", "movedim",
+                            "swapaxes", "swapdims", "mT")} | {
+    ("Torch", n) for n in ("reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze", "clone",
+                           "detach", "movedim", "swapaxes", "swapdims")})
+
 #: columns that are fields of the call, not of the row: (column, Call attribute)
 CALL_FIELDS = (("call_index", "index"), ("call", "call"), ("family", "family"), ("op", "op"),
                ("module_path", "module_path"), ("counter", "counter"), ("direction", "direction"),
@@ -348,6 +359,7 @@ class Recorder:
             if a is first and fn is fn0:
                 return
         recorder = self
+        same = (c.family, c.op) in SAME_ELEMENTS
         call = c.call
         bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
         parent = c.parent
@@ -370,6 +382,9 @@ class Recorder:
                 if parent:
                     recorder.construct[bname] = parent
                 recorder.add_rows(b, "backward", "input", grad_outputs)
+                if same and grad_inputs and grad_outputs and isinstance(grad_inputs[0], torch.Tensor) \
+                        and isinstance(grad_outputs[0], torch.Tensor):
+                    recorder.share_summary(grad_inputs[0], grad_outputs[0])
                 recorder.add_rows(b, "backward", "output", grad_inputs)
             except Exception as exc:  # never break the user's backward
                 recorder.note_error(f"backward of {call}", exc)

@@ -636,14 +636,21 @@ class DumpWriter:
             length, slot, _ = staged.get(name, (grp.length, grp.slot, None))
             row += [length, slot]
         row += [ends[w] for w in TENSOR_WIDTHS] + [COMMIT_MAGIC]
-        i = self.steps_written
-        self._index.resize((i + 1, len(INDEX_FIELDS)))
-        self._index[i] = np.asarray(row, np.int64)
+        self._append_index(row)
         f.flush()
         for name, state in staged.items():
             g[name].commit(state)
         self._buffer_ends = ends
         self._stack_ids.update(sid for sid, _ in p["stacks"])
+
+    def _append_index(self, row: list[int]) -> None:
+        """Append the commit row to ``/index/steps`` (low-level: once per step, on the hot path)."""
+        i, k = self.steps_written, len(INDEX_FIELDS)
+        idx = self._index.id
+        idx.set_extent((i + 1, k))
+        fspace = idx.get_space()
+        fspace.select_hyperslab((i, 0), (1, k))
+        idx.write(h5s.create_simple((1, k)), fspace, np.asarray(row, np.int64).reshape(1, k))
 
     def close(self) -> None:
         """Close the file; safe to call twice or after an exception."""
