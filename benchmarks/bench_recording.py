@@ -529,8 +529,17 @@ def _components() -> None:
         with rec.working():
             pass
 
+    def batched(n=5000):  # what the recorder pays per new small tensor: staging plus a share of a reduction
+        summ = stats.Summarizer()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            summ.summarize(x)
+        summ.materialize()
+        return (time.perf_counter() - t0) / n * 1e6
+
     rows = [
         ("statistics of one (8,16,64) float32 tensor (_cpu_stats)", us(lambda: stats._cpu_stats(x))),
+        ("the same, batched as the recorder does it (Summarizer)", batched()),
         ("statistics of a 0-d tensor", us(lambda: stats._cpu_stats(s))),
         ("  of which torch.aminmax", us(lambda: torch.aminmax(x))),
         ("  of which Tensor.mean", us(lambda: x.mean())),

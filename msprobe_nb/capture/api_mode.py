@@ -12,7 +12,7 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msprobe_nb.capture.naming import api_name
+from msprobe_nb.capture.naming import resolve_api, tensor_operator
 from msprobe_nb.capture.randomness import RANDOM_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
@@ -31,16 +31,21 @@ class ApiMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         rec = self.recorder
-        if not rec.active or rec.busy or _is_compiling():
+        if not rec.active or rec.busy or _is_compiling():  # compiling first: dynamo must not trace the rest
             return func(*args, **kwargs)
-        frame = sys._getframe(1)
         try:
-            resolved = api_name(func, frame)
+            resolved = resolve_api(func)  # cached: unrecorded calls (attribute reads...) leave here
         except Exception as exc:  # naming must never break the model
             rec.note_error("naming", exc)
             resolved = None
         if resolved is None:
             return func(*args, **kwargs)
+        frame = sys._getframe(1)
+        if resolved[0] == "Tensor":
+            try:
+                resolved = tensor_operator(resolved, frame)
+            except Exception as exc:
+                rec.note_error("naming", exc)
         family, op = resolved
         policy = self.randomness
         if not self.record:

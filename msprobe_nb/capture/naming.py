@@ -107,7 +107,19 @@ def _resolve(func) -> tuple[str, str] | None:
 def api_name(func, frame) -> tuple[str, str] | None:
     """(family, op) as msprobe names it, using ``frame`` (the caller) to tell ``x + y`` from ``x.add(y)``."""
     resolved = _resolve(func)
-    if resolved is None or resolved[0] != "Tensor" or frame is None:
+    if resolved is None or resolved[0] != "Tensor":
+        return resolved
+    return tensor_operator(resolved, frame)
+
+
+#: (family, op) of a function, or None when it is not recorded (cached; no caller needed)
+resolve_api = _resolve
+
+
+def tensor_operator(resolved: tuple[str, str], frame) -> tuple[str, str]:
+    """A Tensor method ``resolved`` as the operator dunder the caller's instruction used (``x + y``:
+    ``Tensor.__add__``), or unchanged when it was called by name."""
+    if frame is None:
         return resolved
     code = frame.f_code.co_code
     lasti = frame.f_lasti
@@ -131,8 +143,3 @@ def api_name(func, frame) -> tuple[str, str] | None:
 def module_call_name(path: str, cls: str, direction: str, index: int) -> str:
     """``Module.net1.ln1.Linear.forward.0`` (msprobe puts the counter last for modules)."""
     return f"Module.{path}.{cls}.{direction}.{index}"
-
-
-def api_call_name(family: str, op: str, index: int, direction: str) -> str:
-    """``Functional.linear.0.forward``."""
-    return f"{family}.{op}.{index}.{direction}"
