@@ -96,7 +96,7 @@ STAGE_MAX_NUMEL = 1 << 14  # measured: above ~32k elements copying costs more th
 STAGE_BYTES = 1 << 19
 #: bytes of all batch buffers together (they stay allocated from step to step); sizes seen once the
 #: budget is spent are summarised one tensor at a time.
-STAGE_BUDGET = 1 << 21
+STAGE_BUDGET = 1 << 20
 
 
 class _Batches:
