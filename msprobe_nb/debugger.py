@@ -29,6 +29,8 @@ from msprobe_nb.config import DumpConfig, load_config
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _RECORDING: list = []  # the debugger recording now, if any
+#: young-generation gc threshold while recording (see Debugger._attach)
+GC_THRESHOLD_WHILE_RECORDING = 50_000
 
 
 def _rank() -> int:
@@ -77,6 +79,7 @@ class Debugger:
         self._seed_report = None
         self._closed = False
         self._froze = False
+        self._gc_threshold: tuple | None = None  # the user's gc thresholds while we record
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -172,6 +175,15 @@ class Debugger:
         if not self._froze and gc.get_freeze_count() == 0:
             gc.freeze()
             self._froze = True
+        # Each recorded call allocates a few objects the collector tracks (calls, hooks, cache entries);
+        # at the default threshold (700) that means a young-generation collection every few dozen calls.
+        # Collect every 50,000 allocations while recording instead (measured: 4 % of a large step);
+        # stop() restores the user's thresholds.
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            t0, *rest = self._gc_threshold
+            if 0 < t0 < GC_THRESHOLD_WHILE_RECORDING:
+                gc.set_threshold(GC_THRESHOLD_WHILE_RECORDING, *rest)
         rec.active = True
 
     def _detach(self) -> None:
@@ -180,6 +192,9 @@ class Debugger:
         if self._froze:
             gc.unfreeze()
             self._froze = False
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
         for attr in ("_api_mode", "_aten_mode"):
             mode = getattr(self, attr)
             if mode is not None:

@@ -595,3 +595,21 @@ def test_a_recording_failure_in_backward_never_breaks_the_backward(level, tmp_pa
             model(x).sum().backward()
     assert all(torch.equal(p.grad, w) for p, w in zip(model.parameters(), want))  # bitwise
     assert any("injected" in e for e in dbg.errors)
+
+
+def test_gc_settings_are_relaxed_only_while_recording(tmp_path):
+    import gc
+    before = gc.get_threshold()
+    gc.set_threshold(500, 7, 9)
+    try:
+        dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d")
+        dbg.start()
+        assert gc.get_threshold() == (50_000, 7, 9) and gc.get_freeze_count() > 0
+        torch.ones(2).sum()
+        dbg.stop()
+        assert gc.get_threshold() == (500, 7, 9) and gc.get_freeze_count() == 0
+        dbg.step()  # a filtered-out or finished step installs nothing
+        assert gc.get_threshold() == (500, 7, 9)
+        dbg.close()
+    finally:
+        gc.set_threshold(*before)

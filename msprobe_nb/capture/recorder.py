@@ -287,7 +287,7 @@ class Recorder:
                     idx, tid, producer = self._first_sight(leaf, e, c.call, set_producer)
                 dt = leaf.dtype
                 rows.append((k, name, io, path, is_kwarg, "tensor", dtype_names.get(dt) or _dtype_name(dt),
-                             leaf.shape, leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
+                             tuple(leaf.shape), leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
                              leaf.requires_grad, idx, "", "", tid, producer))
             elif leaf is None:
                 rows.append((k, name, io, path, is_kwarg, "none", "", None, None, "", None, -1, "", "", None, ""))
