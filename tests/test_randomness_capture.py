@@ -83,3 +83,24 @@ def test_random_sources_are_recorded_with_generator_and_state(tmp_path):
     assert draws.loc["Torch.rand.0.forward", "rng_state"].startswith("seed=77 ")  # the reseed shows
     # wrappers are gone after recording
     assert not hasattr(random.random, "__wrapped__") and not hasattr(np.random.rand, "__wrapped__")
+
+
+def test_python_random_wrappers_follow_a_function_replaced_between_steps(tmp_path):
+    orig = random.random
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d")
+    dbg.start()
+    random.random()
+    dbg.stop()
+    dbg.step()
+    assert random.random is orig  # restored at stop
+    random.random = lambda: 0.25  # e.g. a test double installed between steps
+    try:
+        dbg.start()
+        assert random.random() == 0.25  # the user's function runs, wrapped
+        dbg.stop()
+        assert random.random() == 0.25 and random.random.__name__ == "<lambda>"
+    finally:
+        random.random = orig
+        dbg.close()
+    calls = read_hdf5(tmp_path / "d").calls
+    assert set(calls[calls.family == "Random"].step) == {0, 1}

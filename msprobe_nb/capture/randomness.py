@@ -96,18 +96,32 @@ class RandomPolicy:
     recorder = None  # set by the Debugger: where Python/numpy draws are recorded
 
     def install(self) -> None:
-        """Wrap Python's and numpy's module-level random functions (torch draws need nothing: the mode sees them)."""
+        """Wrap Python's and numpy's module-level random functions (torch draws need nothing: the mode sees them).
+
+        The wrappers are made once and reused: recording starts and stops every step."""
         if getattr(self, "_saved", None):
             return
+        wrappers = getattr(self, "_wrappers", None)
+        if wrappers is None:
+            wrappers = self._wrappers = []
+            for module, family, names, digest in ((_pyrandom, "Random", PY_RANDOM, _python_digest),
+                                                  (np.random, "NumpyRandom", NP_RANDOM, _numpy_digest)):
+                for name in names:
+                    orig = module.__dict__.get(name)
+                    if orig is None or not callable(orig):
+                        continue
+                    wrappers.append((module, name, orig, self._wrap(orig, family, name, digest)))
         self._saved = []
-        for module, family, names, digest in ((_pyrandom, "Random", PY_RANDOM, _python_digest),
-                                              (np.random, "NumpyRandom", NP_RANDOM, _numpy_digest)):
-            for name in names:
-                orig = module.__dict__.get(name)
-                if orig is None or not callable(orig):
+        for i, (module, name, orig, wrapper) in enumerate(wrappers):
+            now = module.__dict__.get(name)
+            if now is not orig:  # replaced by someone else since the wrapper was made: wrap what is there
+                if now is None or not callable(now):
                     continue
-                self._saved.append((module, name, orig))
-                setattr(module, name, self._wrap(orig, family, name, digest))
+                family, digest = ("Random", _python_digest) if module is _pyrandom else ("NumpyRandom", _numpy_digest)
+                orig, wrapper = now, self._wrap(now, family, name, digest)
+                wrappers[i] = (module, name, orig, wrapper)
+            self._saved.append((module, name, orig))
+            setattr(module, name, wrapper)
 
     def uninstall(self) -> None:
         """Put Python's and numpy's functions back."""
