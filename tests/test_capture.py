@@ -613,3 +613,29 @@ def test_gc_settings_are_relaxed_only_while_recording(tmp_path):
         dbg.close()
     finally:
         gc.set_threshold(*before)
+
+
+def test_stacks_name_the_right_lines_for_calls_from_one_frame_and_from_generators(tmp_path):
+    def gen(x):
+        while True:
+            yield torch.neg(x)  # recorded inside a generator frame, resumed from two places
+
+    x = torch.ones(2)
+    g = gen(x)
+    with msprobe_nb.record(dump_path=tmp_path / "d"):
+        torch.abs(x)
+        torch.abs(x)  # same frame, another line
+        next(g)  # caller line A
+        next(g)  # caller line B
+    parts = read_hdf5(tmp_path / "d")
+    rows = parts.calls.drop_duplicates("call").set_index("call")
+
+    def user_lines(call):
+        frames = parts.stacks[int(rows.loc[call, "stack_id"])]
+        return [int(f.split(", line ")[1].split(",")[0]) for f in frames if "test_capture.py" in f]
+
+    a0, a1 = user_lines("Torch.abs.0.forward"), user_lines("Torch.abs.1.forward")
+    assert a1[0] == a0[0] + 1 and a1[1:] == a0[1:]
+    n0, n1 = user_lines("Torch.neg.0.forward"), user_lines("Torch.neg.1.forward")
+    assert n0[0] == n1[0]  # the yield line
+    assert n1[1] == n0[1] + 1  # resumed from the next line of the test

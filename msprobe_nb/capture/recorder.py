@@ -7,6 +7,7 @@ the step in progress.
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import sys
@@ -30,6 +31,8 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
               os.path.join(_PKG_DIR, "magics.py"))
 MAX_STACK_DEPTH = 64
+#: generator and coroutine frames: suspended and resumed under other callers, so their ancestors change
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 # Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
 # own fields are stored once per call), stats and hashes are looked up by index at flush time.
@@ -100,6 +103,12 @@ class Recorder:
         self._registered: tuple = ()
         self._stack_ids: dict[tuple, int] = {}
         self._stack_texts: dict[tuple, int] = {}
+        # The frame of the last recorded call and its stack ids by instruction. While a function's frame
+        # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
+        # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
+        # another frame records or the step ends.
+        self._last_frame = None
+        self._last_frame_sids: dict[int, int] = {}
         self._wanted: dict[tuple[str, str], bool] = {}
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[str]] = {}
@@ -186,6 +195,15 @@ class Recorder:
         """
         if not self.cfg.stack or frame is None:
             return -1
+        if frame is self._last_frame:  # another call from the frame of the last one: same ancestors
+            sid = self._last_frame_sids.get(frame.f_lasti)
+            if sid is not None:
+                return sid
+        elif frame.f_code.co_flags & _RESUMABLE:  # a generator is resumed from anywhere: no shortcut
+            self._last_frame = None
+        else:
+            self._last_frame = frame
+            self._last_frame_sids = {}
         key = []
         app = key.append
         f = frame
@@ -199,6 +217,8 @@ class Recorder:
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = self._new_stack(frame)
+        if self._last_frame is frame:
+            self._last_frame_sids[frame.f_lasti] = sid
         return sid
 
     def _new_stack(self, frame) -> int:
@@ -484,6 +504,8 @@ class Recorder:
         return hook
 
     def remove_step_hooks(self) -> None:
+        self._last_frame = None  # let the frame and its locals go
+        self._last_frame_sids = {}
         for h in self._handles:
             h.remove()
         self._handles.clear()
