@@ -102,10 +102,10 @@ STAGE_BUDGET = 1 << 20
 class _Batches:
     """Statistics of small float32 CPU tensors, computed a few dozen at a time.
 
-    Why: on small tensors the cost of :func:`_cpu_stats` is the dispatch of four torch reductions, not the
-    arithmetic. A tensor's values are copied into a row of a buffer for its element count (a copy, so a
-    later in-place change cannot alter what was recorded); a full buffer, or the end of the step, reduces
-    all its rows with one call per statistic along the row axis.
+    Why: on small tensors the cost of :func:`_cpu_stats` is dispatching three torch reductions and four
+    reads back, not the arithmetic. A tensor's values are copied into a row of a buffer for its element
+    count (a copy, so a later in-place change cannot alter what was recorded); a full buffer, or the end
+    of the step, reduces all its rows with one call per statistic along the row axis.
     """
 
     def __init__(self):
