@@ -178,7 +178,8 @@ class Debugger:
         # Each recorded call allocates a few objects the collector tracks (calls, hooks, cache entries);
         # at the default threshold (700) that means a young-generation collection every few dozen calls.
         # Collect every 50,000 allocations while recording instead (measured: 4 % of a large step);
-        # stop() restores the user's thresholds.
+        # stop() restores the user's thresholds once the step is written: by then the step's rows, calls and
+        # hooks are freed, so the collection that follows has little left to look at.
         if self._gc_threshold is None:
             self._gc_threshold = gc.get_threshold()
             t0, *rest = self._gc_threshold
@@ -186,15 +187,17 @@ class Debugger:
                 gc.set_threshold(GC_THRESHOLD_WHILE_RECORDING, *rest)
         rec.active = True
 
+    def _restore_gc(self) -> None:
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
+
     def _detach(self) -> None:
         rec = self._recorder
         rec.active = False
         if self._froze:
             gc.unfreeze()
             self._froze = False
-        if self._gc_threshold is not None:
-            gc.set_threshold(*self._gc_threshold)
-            self._gc_threshold = None
         for attr in ("_api_mode", "_aten_mode"):
             mode = getattr(self, attr)
             if mode is not None:
@@ -215,7 +218,10 @@ class Debugger:
             self._detach()
         finally:
             _RECORDING.clear()
-        self._flush()
+        try:
+            self._flush()
+        finally:
+            self._restore_gc()
 
     def step(self) -> None:
         """End a training step: write it, reset the per-step counters, move on (msprobe's ``step()``)."""
@@ -234,6 +240,7 @@ class Debugger:
             self._attach()
         elif rec.active:
             self._detach()
+            self._restore_gc()
 
     def close(self) -> None:
         """Stop, write and close the dump file. Idempotent; also run at interpreter exit."""
