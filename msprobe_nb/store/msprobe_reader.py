@@ -301,14 +301,20 @@ def _read_records(rd: RankDir, data: dict, builder: _RowBuilder, call_stack: dic
                 builder.rows.append((name, io, arg, is_kwarg, *_leaf_values(leaf, file, call, path)))
 
 
-def _read_stack(rd: RankDir, stacks: dict[int, list[str]], ids: dict[tuple, int]) -> dict[str, int]:
-    """call -> global stack id from stack.json (new ``{id: [[calls], [frames]]}`` or old ``{call: [frames]}``)."""
-    file = rd.folder / "stack.json"
+def _side_file(rd: RankDir, name: str) -> tuple[Path, dict]:
+    """(path, JSON object) of an optional file beside dump.json; an empty object when it is absent."""
+    file = rd.folder / name
     if not file.is_file():
-        return {}
+        return file, {}
     obj = read_json(file)
     if not isinstance(obj, dict):
         raise DumpFormatError(f"{file}: top level is {type(obj).__name__}, expected an object")
+    return file, obj
+
+
+def _read_stack(rd: RankDir, stacks: dict[int, list[str]], ids: dict[tuple, int]) -> dict[str, int]:
+    """call -> global stack id from stack.json (new ``{id: [[calls], [frames]]}`` or old ``{call: [frames]}``)."""
+    file, obj = _side_file(rd, "stack.json")
     out: dict[str, int] = {}
     for key, entry in obj.items():
         if (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
@@ -328,12 +334,7 @@ def _read_stack(rd: RankDir, stacks: dict[int, list[str]], ids: dict[tuple, int]
 
 def _read_construct(rd: RankDir, meta_extra: dict) -> dict[str, str]:
     """call -> parent from construct.json; Megatron ``[parent, micro_step]`` values keep their micro step."""
-    file = rd.folder / "construct.json"
-    if not file.is_file():
-        return {}
-    obj = read_json(file)
-    if not isinstance(obj, dict):
-        raise DumpFormatError(f"{file}: top level is {type(obj).__name__}, expected an object")
+    file, obj = _side_file(rd, "construct.json")
     out: dict[str, str] = {}
     micro: dict[str, Any] = {}
     for call, value in obj.items():
