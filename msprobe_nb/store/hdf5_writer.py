@@ -243,23 +243,23 @@ class _Group:
         self.length, self.slot, self.buf = state
 
 
-def _append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
-    """``ds.resize(base + n); ds[base:] = arr`` through the low-level API (whole chunks, once per chunk)."""
-    n = len(arr)
-    ds.id.set_extent((base + n,))
+def _write_at(ds: h5py.Dataset, start: tuple[int, ...], block: np.ndarray) -> None:
+    """``ds[start : start + block.shape] = block`` through h5py's low-level API: the per-step path, about
+    3x cheaper than a high-level slice assignment (which rebuilds a selection per call)."""
     fspace = ds.id.get_space()
-    fspace.select_hyperslab((base,), (n,))
-    ds.id.write(h5s.create_simple((n,)), fspace, np.ascontiguousarray(arr, dtype=ds.dtype))
+    fspace.select_hyperslab(start, block.shape)
+    ds.id.write(h5s.create_simple(block.shape), fspace, np.ascontiguousarray(block, dtype=ds.dtype))
+
+
+def _append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
+    """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once)."""
+    ds.id.set_extent((base + len(arr),))
+    _write_at(ds, (base,), arr)
 
 
 def _write_tail(ds: h5py.Dataset, slot: int, start: int, block: np.ndarray) -> None:
-    """``ds[slot, :, start:start + n] = block`` through h5py's low-level API: the per-step common path,
-    about 3x cheaper than the high-level slice assignment (which rebuilds a selection per call)."""
-    k, n = block.shape
-    fspace = ds.id.get_space()
-    fspace.select_hyperslab((slot, 0, start), (1, k, n))
-    data = np.ascontiguousarray(block, dtype=ds.dtype).reshape(1, k, n)
-    ds.id.write(h5s.create_simple((1, k, n)), fspace, data)
+    """``ds[slot, :, start:start + n] = block`` for a (columns, n) block."""
+    _write_at(ds, (slot, 0, start), block.reshape(1, *block.shape))
 
 
 def _write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: int) -> None:
@@ -646,11 +646,8 @@ class DumpWriter:
     def _append_index(self, row: list[int]) -> None:
         """Append the commit row to ``/index/steps`` (low-level: once per step, on the hot path)."""
         i, k = self.steps_written, len(INDEX_FIELDS)
-        idx = self._index.id
-        idx.set_extent((i + 1, k))
-        fspace = idx.get_space()
-        fspace.select_hyperslab((i, 0), (1, k))
-        idx.write(h5s.create_simple((1, k)), fspace, np.asarray(row, np.int64).reshape(1, k))
+        self._index.id.set_extent((i + 1, k))
+        _write_at(self._index, (i, 0), np.asarray(row, np.int64).reshape(1, k))
 
     def close(self) -> None:
         """Close the file; safe to call twice or after an exception."""
