@@ -53,7 +53,9 @@ class ApiMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             run, args, kwargs = policy.before(Call("", family, op, -1, "forward", dump=False), func, args, kwargs)
             return run(*args, **kwargs)
-        lock = rec.lock  # rec.working(), inlined: this is the hot path
+        # rec.working(), inlined on this hottest path; inside the handler the mode is already off, so the
+        # __torch_function__ switch that working() also flips is not needed here
+        lock = rec.lock
         lock.acquire()
         rec.busy += 1
         try:

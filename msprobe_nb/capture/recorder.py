@@ -256,8 +256,7 @@ class Recorder:
         c.dump = self._select_all or self.selected(name, family, op)
         if c.dump:
             c.stack_id = self.stack_id(frame)
-            c.index = self.call_index
-            self.call_index += 1
+            c.index = self._take_index()
             if stack:
                 self.construct[name] = parent or None
         return c
@@ -392,28 +391,19 @@ class Recorder:
         def hook(grad_inputs, grad_outputs):
             if not recorder.active:
                 return
-            lock = recorder.lock
-            lock.acquire()
-            recorder.busy += 1
-            off = _DisableTorchFunction()  # see _Working
-            off.__enter__()
-            try:
-                b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
-                         recorder.call_index)
-                recorder.call_index += 1
-                if parent:
-                    recorder.construct[bname] = parent
-                recorder.add_rows(b, "backward", "input", grad_outputs)
-                if same and grad_inputs and grad_outputs and isinstance(grad_inputs[0], torch.Tensor) \
-                        and isinstance(grad_outputs[0], torch.Tensor):
-                    recorder.share_summary(grad_inputs[0], grad_outputs[0])
-                recorder.add_rows(b, "backward", "output", grad_inputs)
-            except Exception as exc:  # never break the user's backward
-                recorder.note_error(f"backward of {call}", exc)
-            finally:
-                off.__exit__(None, None, None)
-                recorder.busy -= 1
-                lock.release()
+            with recorder.working():
+                try:
+                    b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
+                             recorder._take_index())
+                    if parent:
+                        recorder.construct[bname] = parent
+                    recorder.add_rows(b, "backward", "input", grad_outputs)
+                    if same and grad_inputs and grad_outputs and isinstance(grad_inputs[0], torch.Tensor) \
+                            and isinstance(grad_outputs[0], torch.Tensor):
+                        recorder.share_summary(grad_inputs[0], grad_outputs[0])
+                    recorder.add_rows(b, "backward", "output", grad_inputs)
+                except Exception as exc:  # never break the user's backward
+                    recorder.note_error(f"backward of {call}", exc)
 
         self._handles.append(first.grad_fn.register_hook(hook))
 
