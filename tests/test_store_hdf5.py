@@ -531,3 +531,16 @@ def test_layout_1_files_with_one_tail_per_column_still_read(tmp_path):
                 del f[f"tail/{g}/{dtype}"]
         f.attrs["layout_version"] = 1
     pd.testing.assert_frame_equal(read_hdf5(path.parent).calls, df)
+
+
+def test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused(tmp_path):
+    from msprobe_nb.store.schema import Coded
+    with DumpWriter(tmp_path / "d") as w:
+        w.write_step(0, {"call": Coded(np.array([1, 0, 1]), ["a.0.forward", "b.0.forward"]),
+                         "counter": Coded(np.array([0, 0, 1]), [7, 9])}, {}, {}, {})
+        for codes in (np.array([0, 2]), np.array([-1, 0]), np.array([0.0, 1.0])):
+            with pytest.raises(ValueError, match="column 'call': codes must be integers in \\[0, 2\\)"):
+                w.write_step(1, {"call": Coded(codes, ["x", "y"])}, {}, {}, {})
+    calls = read_hdf5(tmp_path / "d").calls
+    assert calls["call"].tolist() == ["b.0.forward", "a.0.forward", "b.0.forward"]
+    assert calls["counter"].tolist() == [7, 7, 9] and calls["step"].tolist() == [0, 0, 0]

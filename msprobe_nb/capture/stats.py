@@ -183,14 +183,13 @@ class Summarizer:
         self.want_stats = stats
         self.want_hash = hashes
         self.keep_tensors = keep_tensors
+        self._batches = _Batches()  # its buffers are kept from step to step
         self.reset()
 
     def reset(self) -> None:
         self._values: list = []            # tuple of floats (CPU) or device tensor of 7
         self._hashes: list = []            # str, or a host copy awaiting its CRC
         self.tensors: list = []            # tensor mode: host copies
-        if not hasattr(self, "_batches"):
-            self._batches = _Batches()  # its buffers are kept from step to step
         self._batches.clear()
 
     def summarize(self, t: torch.Tensor) -> int:

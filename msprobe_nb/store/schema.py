@@ -77,10 +77,6 @@ class Coded:
 
     def __len__(self) -> int:
         return len(self.codes)
-
-    def tolist(self) -> list:
-        values = list(self.values)
-        return [values[i] for i in self.codes.tolist()]
 NUMERIC_STATS = ["max", "min", "mean", "norm"]
 
 
