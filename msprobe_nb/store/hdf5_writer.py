@@ -570,7 +570,7 @@ class DumpWriter:
 
         parents = list(construct.values())
         con_call = self._string_ids("construct", list(construct))
-        con_parent = np.where(np.array([p is None or _is_missing(p) for p in parents], dtype=bool), -1,
+        con_parent = np.where(np.fromiter(map(_is_missing, parents), bool, len(parents)), -1,
                               self._string_ids("construct", parents)).astype(np.int32)
 
         tens = []
