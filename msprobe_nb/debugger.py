@@ -284,7 +284,6 @@ class Debugger:
             data = rec.materialize()
             if data is None:
                 return
-            rec.rows = []  # the columns hold what the write needs: free the row tuples before it
             if self._writer is None:
                 self._open_writer()
             self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
