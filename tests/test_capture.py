@@ -510,7 +510,7 @@ def test_device_statistics_path_agrees_with_the_cpu_path():
     assert out.shape == (3, 7) and out[1, 0] == 1.0 and out[2, 1] == -7.0
 
 
-def test_batched_statistics_agree_with_one_tensor_at_a_time():
+def test_batched_statistics_agree_with_one_tensor_at_a_time(monkeypatch):
     """Small float32 CPU tensors are copied into per-size buffers and reduced in batches: the values must be
     those of _cpu_stats, a later in-place change must not leak in, and a full buffer must reduce mid-step."""
     from msprobe_nb.capture import stats
@@ -520,12 +520,16 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time():
              torch.randn(64, 8, generator=g).t(),  # not contiguous
              torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), float("nan")]),
              torch.tensor([float("inf"), 2.0]), torch.full((5,), 3e38)]
-    cases += [torch.randn(8, 16, 64, generator=g) for _ in range(stats.STAGE_BYTES // (4 * 8192) + 3)]  # fills one
+    # 8192 elements: a buffer of 2 rows, then 4, 8 and 16: it fills and grows three times, 5 rows stay staged
+    cases += [torch.randn(8, 16, 64, generator=g) for _ in range(19)]
+    monkeypatch.setattr(stats, "STAGE_FIRST_BYTES", 4 * 8192)
+    monkeypatch.setattr(stats, "STAGE_BYTES", 16 * 4 * 8192)
     s = Summarizer()
     want = [_cpu_stats(t) for t in cases]
     idx = [s.summarize(t) for t in cases]
     assert s._values[idx[1]] is None  # staged, not yet reduced
     assert s._values[idx[0]] is not None  # the first full buffer was reduced during the step
+    assert s._batches._groups[8192][0].shape == (16, 8192)  # doubled each time it filled, up to STAGE_BYTES
     for t in cases:
         t.mul_(-7)  # after staging: must not change what was recorded
     out, _ = s.materialize()
@@ -562,8 +566,8 @@ def test_modules_added_between_steps_get_their_paths(tmp_path):
 def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
-    monkeypatch.setattr(stats, "STAGE_BYTES", 2 * 4 * 1024)  # buffers of two rows of 1024 elements
-    monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one such buffer
+    monkeypatch.setattr(stats, "STAGE_FIRST_BYTES", 2 * 4 * 1024)  # buffers of two rows of 1024 elements
+    monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one such buffer, which cannot grow
     s = Summarizer()
     a, b = torch.randn(1024), torch.randn(1000)
     ia, ib = s.summarize(a), s.summarize(b)
