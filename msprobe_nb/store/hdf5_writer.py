@@ -372,6 +372,7 @@ class DumpWriter:
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = [""]
         self._shape_ids: dict[tuple[int, ...], int] = {}
+        self._shape_lookup: dict[Any, int] = {None: -1}  # _shape_ids, plus None (no shape): one map() per column
         self._new_shapes: list[tuple[int, ...]] = []
         self._stack_ids: set[int] = set()
         self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
@@ -391,7 +392,7 @@ class DumpWriter:
         if i is None:
             if any(d < 0 for d in key):
                 raise ValueError(f"shape {key} has a negative dimension")
-            i = self._shape_ids[key] = len(self._shape_ids)
+            i = self._shape_ids[key] = self._shape_lookup[key] = len(self._shape_ids)
             self._new_shapes.append(key)
         return i
 
@@ -405,6 +406,7 @@ class DumpWriter:
             self._new_strings.append("")
         for s in self._new_shapes:
             self._shape_ids.pop(s, None)
+            self._shape_lookup.pop(s, None)
         del self._new_shapes[:]
 
     # -- column conversion -----------------------------------------------------------------
@@ -420,7 +422,7 @@ class DumpWriter:
     def _shape_column(self, values: Any) -> np.ndarray:
         vals = _as_list(values)
         try:  # known shapes without a Python-level loop
-            ids = list(map(self._shape_ids.get, vals))
+            ids = list(map(self._shape_lookup.get, vals))
         except TypeError:  # unhashable entries (lists): all through the loop below
             ids = [None] * len(vals)
         if None in ids:
