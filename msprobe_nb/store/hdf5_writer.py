@@ -219,24 +219,27 @@ class _Group:
             return self.length, self.slot, self.buf
         c, t = self.chunk, self.length % self.chunk
         base = self.length - t
-        blocks = {dtype: np.stack([np.asarray(data[p], dtype) for p in paths])
-                  for dtype, (paths, _) in self.tails.items()}
         if t + n < c:
+            blocks = {dtype: np.stack([np.asarray(data[p], dtype) for p in paths])
+                      for dtype, (paths, _) in self.tails.items()}
             for dtype, block in blocks.items():
                 _write_tail(self.tails[dtype][1], self.slot, t, block)
             return (self.length + n, self.slot,
                     {d: np.concatenate([self.buf[d], b], axis=1) for d, b in blocks.items()})
+        # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
+        # of all its columns); only the leftover rows are gathered for the other tail slot.
         full = (t + n) // c * c
         buf = {}
-        for dtype, block in blocks.items():
-            paths, tail = self.tails[dtype]
-            comb = np.concatenate([self.buf[dtype], block], axis=1)
+        for dtype, (paths, tail) in self.tails.items():
+            prev = self.buf[dtype]
+            rest = np.empty((len(paths), t + n - full), dtype)
             for j, p in enumerate(paths):
-                _append_main(self.main[p], base, comb[j, :full])
-            rest = comb[:, full:]
+                col = np.concatenate([prev[j], np.asarray(data[p], dtype)])
+                _append_main(self.main[p], base, col[:full])
+                rest[j] = col[full:]
             if rest.shape[1]:
                 _write_tail(tail, 1 - self.slot, 0, rest)
-            buf[dtype] = rest.copy()
+            buf[dtype] = rest
         return self.length + n, 1 - self.slot, buf
 
     def commit(self, state: tuple[int, int, dict[str, np.ndarray]]) -> None:
