@@ -41,6 +41,7 @@ ROW_FIELDS = (
     "_stat", "value_type", "value", "tensor_id", "producer",
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
+NAN = float("nan")  # numel, requires_grad and tensor_id of rows that are not tensors
 
 #: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
 #: output reuses the input's statistics instead of reducing the same values again, and in backward the
@@ -309,11 +310,11 @@ class Recorder:
                              tuple(leaf.shape), leaf.numel(), "cpu" if leaf.is_cpu else _device_name(leaf),
                              leaf.requires_grad, idx, "", "", tid, producer))
             elif leaf is None:
-                rows.append((k, name, io, path, is_kwarg, "none", "", None, None, "", None, -1, "", "", None, ""))
+                rows.append((k, name, io, path, is_kwarg, "none", "", None, NAN, "", NAN, -1, "", "", NAN, ""))
             else:
                 vtype, vtext = describe_value(leaf)
-                rows.append((k, name, io, path, is_kwarg, "value", "", None, None, "", None, -1, vtype, vtext,
-                             None, ""))
+                rows.append((k, name, io, path, is_kwarg, "value", "", None, NAN, "", NAN, -1, vtype, vtext,
+                             NAN, ""))
 
     def _first_sight(self, t: torch.Tensor, e: list | None, call: str, set_producer: bool) -> tuple[int, int, str]:
         """(summary index, tensor_id, producer) of ``t`` when it is new, changed, or an output.
@@ -556,7 +557,8 @@ class Recorder:
         for f, i in _F.items():
             if not f.startswith("_"):
                 out[f] = cols[i]
-        # nullable numbers as float arrays (None becomes NaN, which the writer stores as <NA>)
+        # nullable numbers as float arrays (rows hold NaN for "none", which the writer stores as <NA>; a
+        # list of numbers converts about 1.6x faster than one with None in it)
         for f in ("numel", "tensor_id", "requires_grad"):
             out[f] = np.array(out[f], dtype=np.float64)
         codes = np.asarray(cols[_F["_call"]], dtype=np.int64)

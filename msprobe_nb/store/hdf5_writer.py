@@ -416,10 +416,13 @@ class DumpWriter:
     def _string_ids(self, col: str, values: Any) -> np.ndarray:
         vals = _as_list(values)
         ids = list(map(self._strings.get, vals))  # known strings without a Python-level loop
-        if None in ids:  # new strings, or missing values (stored as "")
-            for i, (v, k) in enumerate(zip(vals, ids)):
-                if k is None:
-                    ids[i] = 0 if _is_missing(v) else self._intern(v if type(v) is str else str(v))
+        try:  # all known: no scan for None first (a scan costs as much as the conversion)
+            return np.asarray(ids, dtype=np.int32)
+        except TypeError:  # new strings, or missing values (stored as "")
+            pass
+        for i, (v, k) in enumerate(zip(vals, ids)):
+            if k is None:
+                ids[i] = 0 if _is_missing(v) else self._intern(v if type(v) is str else str(v))
         return np.asarray(ids, dtype=np.int32)
 
     def _shape_column(self, values: Any) -> np.ndarray:
@@ -428,17 +431,20 @@ class DumpWriter:
             ids = list(map(self._shape_lookup.get, vals))
         except TypeError:  # unhashable entries (lists): all through the loop below
             ids = [None] * len(vals)
-        if None in ids:
-            for i, (s, k) in enumerate(zip(vals, ids)):
-                if k is not None:
-                    continue
-                if _is_missing(s):
-                    ids[i] = -1
-                else:
-                    try:
-                        ids[i] = self._shape_id(s)
-                    except (TypeError, ValueError) as e:
-                        raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
+        try:  # all known: no scan for None first
+            return np.asarray(ids, dtype=np.int32)
+        except TypeError:
+            pass
+        for i, (s, k) in enumerate(zip(vals, ids)):
+            if k is not None:
+                continue
+            if _is_missing(s):
+                ids[i] = -1
+            else:
+                try:
+                    ids[i] = self._shape_id(s)
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
         return np.asarray(ids, dtype=np.int32)
 
     def _convert(self, col: str, values: Any, n: int) -> np.ndarray:
