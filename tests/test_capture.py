@@ -643,3 +643,47 @@ def test_stacks_name_the_right_lines_for_calls_from_one_frame_and_from_generator
     n0, n1 = user_lines("Torch.neg.0.forward"), user_lines("Torch.neg.1.forward")
     assert n0[0] == n1[0]  # the yield line
     assert n1[1] == n0[1] + 1  # resumed from the next line of the test
+
+
+def test_stacks_of_sibling_nested_and_deep_calls(tmp_path):
+    """Every call gets its own exact stack (Recorder.stack_id's shortcuts must not blur them): calls from
+    sibling frames, a frame called again from another line, and stacks deeper than MAX_STACK_DEPTH."""
+    from msprobe_nb.capture import recorder
+    lines = {}
+    here = sys._getframe
+
+    def leaf(x):
+        lines["leaf"] = here().f_lineno; return torch.sin(x)  # noqa: E702
+
+    def mid(x, tag):
+        lines[tag + "1"] = here().f_lineno; a = leaf(x)  # noqa: E702
+        lines[tag + "2"] = here().f_lineno; b = leaf(x)  # noqa: E702
+        return a + b
+
+    def deep(x, n):
+        return deep(x, n - 1) if n else torch.cos(x)
+
+    x = torch.ones(2)
+    with msprobe_nb.record(dump_path=tmp_path / "d"):
+        for i in range(2):
+            lines[f"loop{i}"] = here().f_lineno; mid(x, f"m{i}")  # noqa: E702
+        lines["direct"] = here().f_lineno; leaf(x)  # noqa: E702
+        deep(x, recorder.MAX_STACK_DEPTH + 5)
+        deep(x, recorder.MAX_STACK_DEPTH + 5)
+    parts = read_hdf5(tmp_path / "d")
+    rows = parts.calls.drop_duplicates("call").set_index("call")
+
+    def user_lines(call):
+        frames = parts.stacks[int(rows.loc[call, "stack_id"])]
+        return [int(f.split(", line ")[1].split(",")[0]) for f in frames if "test_capture.py" in f]
+
+    want = [[lines["leaf"], lines["m01"], lines["loop0"]], [lines["leaf"], lines["m02"], lines["loop0"]],
+            [lines["leaf"], lines["m11"], lines["loop1"]], [lines["leaf"], lines["m12"], lines["loop1"]],
+            [lines["leaf"], lines["direct"]]]
+    for i, w in enumerate(want):
+        assert user_lines(f"Torch.sin.{i}.forward")[:len(w)] == w, i
+    assert lines["loop0"] == lines["loop1"]
+    assert rows.loc["Torch.sin.0.forward", "stack_id"] == rows.loc["Torch.sin.2.forward", "stack_id"]
+    deep_lines = user_lines("Torch.cos.0.forward")
+    assert len(deep_lines) == recorder.MAX_STACK_DEPTH and len(set(deep_lines)) == 1  # the one line of deep()
+    assert rows.loc["Torch.cos.0.forward", "stack_id"] == rows.loc["Torch.cos.1.forward", "stack_id"]
