@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 NAN = float("nan")
+_F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
 _EMPTY = (NAN, NAN, NAN, NAN, 0.0, 0.0, 0.0)
 _HALF = (torch.float16, torch.bfloat16)
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -203,6 +204,7 @@ class Summarizer:
         self.want_stats = stats
         self.want_hash = hashes
         self.keep_tensors = keep_tensors
+        self._stats_only = stats and not hashes and not keep_tensors
         self._batches = _Batches()  # its buffers are kept from step to step
         self.reset()
 
@@ -218,12 +220,25 @@ class Summarizer:
         Every call summarises ``t`` as it is now; :class:`~msprobe_nb.capture.recorder.Recorder` remembers
         which tensor objects (and versions) it has summarised already.
         """
+        values = self._values
+        # the common case first, with fewer checks: a plain small float32 CPU tensor, statistics only
+        if self._stats_only and t.dtype is _F32 and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAMETER) \
+                and t.layout is _STRIDED and 0 < t.numel() <= STAGE_MAX_NUMEL:
+            i = len(values)
+            try:
+                a = (t.detach() if t.requires_grad else t).numpy()
+            except (RuntimeError, TypeError):  # conjugate / negative views and the like: the general path
+                pass
+            else:
+                values.append(None)  # filled when its batch is reduced
+                if not self._batches.add(a, i, values):
+                    values[i] = _cpu_stats(t.detach())
+                return i
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
         d = t.detach() if t.requires_grad else t
         on_cpu = d.is_cpu
-        values = self._values
         if self.want_stats:
             if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
                 try:
