@@ -687,3 +687,15 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path):
     deep_lines = user_lines("Torch.cos.0.forward")
     assert len(deep_lines) == recorder.MAX_STACK_DEPTH and len(set(deep_lines)) == 1  # the one line of deep()
     assert rows.loc["Torch.cos.0.forward", "stack_id"] == rows.loc["Torch.cos.1.forward", "stack_id"]
+
+
+def test_leaves_fast_paths_agree_with_the_general_walk():
+    """leaves() has fast paths for flat tuples/lists and keyword dicts: same (path, leaf) pairs as walk()."""
+    from msprobe_nb.capture.leaves import leaves, walk
+    nt = collections.namedtuple("NT", "a b")
+    t = torch.ones(1)
+    cases = [{"a": t, "b": None, "c": [t, (1, 2)], "d": {"x": t}, "e": torch.Size([2, 3]), "f": nt(t, 3), 1: "v"},
+             {}, (t, [t, {"k": None}], 2.5, torch.Size([1])), [t], (), nt(t, None)]
+    for case in cases:
+        for prefix in ("", "p.0"):
+            assert leaves(case, prefix) == list(walk(case, prefix)), (case, prefix)

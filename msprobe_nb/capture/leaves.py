@@ -43,11 +43,22 @@ _POS = tuple(str(i) for i in range(256))  # argument positions as path strings, 
 
 
 def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """``list(walk(value, prefix))``, with a fast path for flat argument tuples (the common case)."""
-    if type(value) in _SEQ:  # exactly list or tuple: a namedtuple is a subclass
+    """``list(walk(value, prefix))``, with fast paths for flat argument tuples and keyword dicts (the
+    common cases: a generator per level costs more than the rows it yields)."""
+    kind = type(value)
+    if kind in _SEQ:  # exactly list or tuple: a namedtuple is a subclass
         out = []
         for i, item in enumerate(value):
             p = f"{prefix}.{i}" if prefix else (_POS[i] if i < 256 else str(i))
+            if isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
+                out.extend(walk(item, p, 1))
+            else:
+                out.append((p, item))
+        return out
+    if kind is dict:
+        out = []
+        for key, item in value.items():
+            p = f"{prefix}.{key}" if prefix else (key if type(key) is str else str(key))
             if isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
                 out.extend(walk(item, p, 1))
             else:
