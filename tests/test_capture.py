@@ -699,3 +699,22 @@ def test_leaves_fast_paths_agree_with_the_general_walk():
     for case in cases:
         for prefix in ("", "p.0"):
             assert leaves(case, prefix) == list(walk(case, prefix)), (case, prefix)
+
+
+def test_stack_sources_are_read_without_filling_linecache(tmp_path, monkeypatch):
+    """Stack text comes from the source files (coding declaration honoured), read at the step's end, and
+    the files are not left in linecache (whole torch sources there held ~4 MB of peak memory)."""
+    import importlib
+    import linecache
+    src = tmp_path / "helper_mod_for_stacks.py"
+    src.write_text("# -*- coding: latin-1 -*-\nimport torch\n\n\ndef f(x):\n    return torch.sin(x)  # caf\xe9\n",
+                   encoding="latin-1")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helper = importlib.import_module("helper_mod_for_stacks")
+    linecache.cache.pop(str(src), None)
+    with msprobe_nb.record(dump_path=tmp_path / "d"):
+        helper.f(torch.ones(2))
+    parts = read_hdf5(tmp_path / "d")
+    sid = int(parts.calls.loc[parts.calls.call == "Torch.sin.0.forward", "stack_id"].iloc[0])
+    assert parts.stacks[sid][0] == f"File {src}, line 6, in f, \n return torch.sin(x)  # caf\xe9"
+    assert str(src) not in linecache.cache

@@ -12,6 +12,7 @@ import linecache
 import os
 import sys
 import threading
+import tokenize
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class Recorder:
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._registered: tuple = ()
         self._stack_ids: dict[tuple, int] = {}
-        self._stack_texts: dict[tuple, int] = {}
+        self._stack_texts: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
         # The frame of the last recorded call and its stack ids by instruction. While a function's frame
         # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
         # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
@@ -112,7 +113,7 @@ class Recorder:
         self._last_frame_sids: dict[int, int] = {}
         self._wanted: dict[tuple[str, str], bool] = {}
         self._codes: dict[int, Any] = {}
-        self._new_stacks: dict[int, list[str]] = {}
+        self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
         self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
@@ -226,6 +227,8 @@ class Recorder:
         return sid
 
     def _new_stack(self, frame) -> int:
+        """Id of the stack above ``frame``, deduplicated by (file, line, function) of its user frames; the
+        source text is read at the step's end (:meth:`_render_new_stacks`)."""
         frames = []
         f = frame
         depth = MAX_STACK_DEPTH
@@ -233,17 +236,27 @@ class Recorder:
             code = f.f_code
             self._codes[id(code)] = code
             if not code.co_filename.startswith(_KIT_FILES):
-                ln = _line_of(code, f.f_lasti)
-                frames.append(f"File {code.co_filename}, line {ln}, in {code.co_name}, \n "
-                              f"{linecache.getline(code.co_filename, ln).strip()}")
+                frames.append((code.co_filename, _line_of(code, f.f_lasti), code.co_name))
             f = f.f_back
             depth -= 1
-        text = tuple(frames)
-        sid = self._stack_texts.get(text)
+        key = tuple(frames)
+        sid = self._stack_texts.get(key)
         if sid is None:
-            sid = self._stack_texts[text] = len(self._stack_texts)
+            sid = self._stack_texts[key] = len(self._stack_texts)
             self._new_stacks[sid] = frames
         return sid
+
+    def _render_new_stacks(self) -> dict[int, list[str]]:
+        """msprobe's stack.json text of the stacks first seen this step."""
+        if not self._new_stacks:
+            return {}
+        wanted: dict[str, set[int]] = {}
+        for frames in self._new_stacks.values():
+            for filename, ln, _ in frames:
+                wanted.setdefault(filename, set()).add(ln)
+        text = _source_lines(wanted)
+        return {sid: [f"File {fn}, line {ln}, in {name}, \n {text.get((fn, ln), '')}" for fn, ln, name in frames]
+                for sid, frames in self._new_stacks.items()}
 
     # ------------------------------------------------------------------ calls
     def current_parent(self) -> str:
@@ -611,7 +624,7 @@ class Recorder:
                     tensors[dn] = self.summarizer.tensors[i]
                 data_names[r] = dn
             out["data_name"] = data_names
-        return {"columns": out, "tensors": tensors, "stacks": dict(self._new_stacks),
+        return {"columns": out, "tensors": tensors, "stacks": self._render_new_stacks(),
                 "construct": dict(self.construct)}
 
     def take_new_stacks(self) -> None:
@@ -624,6 +637,37 @@ class Recorder:
             warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
                           RuntimeWarning, stacklevel=3)
         self.errors.append(msg)
+
+
+def _source_lines(wanted: dict[str, set[int]]) -> dict[tuple[str, int], str]:
+    """Stripped source text of each wanted (file, line), reading each file once up to its last wanted line.
+
+    Why not ``linecache.getline`` alone: it keeps every file it reads for the rest of the process, and the
+    torch sources a training step's stacks pass through (functional.py, module.py, ...) held about 4 MB,
+    which counts against peak memory. Files linecache already holds (notebook cells, tracebacks) are read
+    from it; other sources it alone can load (zip imports) are read through it and dropped again.
+    """
+    out: dict[tuple[str, int], str] = {}
+    for filename, lines in wanted.items():
+        if filename not in linecache.cache:
+            try:
+                last = max(lines)
+                with tokenize.open(filename) as fh:  # honours the file's coding declaration, as linecache does
+                    for i, text in enumerate(fh, 1):
+                        if i in lines:
+                            out[filename, i] = text.strip()
+                        if i >= last:
+                            break
+                continue
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                pass
+            for ln in lines:
+                out[filename, ln] = linecache.getline(filename, ln).strip()
+            linecache.cache.pop(filename, None)
+            continue
+        for ln in lines:
+            out[filename, ln] = linecache.getline(filename, ln).strip()
+    return out
 
 
 def _line_of(code, lasti: int) -> int:
