@@ -39,6 +39,7 @@ def walk(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
 
 
 _SEQ = (list, tuple)
+_TENSOR = torch.Tensor
 _POS = tuple(str(i) for i in range(256))  # argument positions as path strings, made once
 
 
@@ -50,7 +51,9 @@ def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
         out = []
         for i, item in enumerate(value):
             p = f"{prefix}.{i}" if prefix else (_POS[i] if i < 256 else str(i))
-            if isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
+            if type(item) is _TENSOR or item is None:
+                out.append((p, item))
+            elif isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
                 out.extend(walk(item, p, 1))
             else:
                 out.append((p, item))

@@ -283,7 +283,7 @@ class Recorder:
         counter = self.next_counter(f"Module.{path}.{cls}")
         name = module_call_name(path, cls, "forward", counter)
         c = Call(name, "Module", cls, counter, "forward", module_path=path, parent=self.current_parent())
-        c.dump = self.cfg.level in ("L0", "mix") and self.selected(name, "Module", cls)
+        c.dump = self.cfg.level in ("L0", "mix") and (self._select_all or self.selected(name, "Module", cls))
         if c.dump:
             c.stack_id = self.stack_id(frame)
             c.index = self._take_index()
@@ -313,7 +313,9 @@ class Recorder:
         seen = self._seen
         dtypes = self._dtypes
         dtype_codes = dtypes.codes
-        io_code = self._ios.code(io)
+        io_code = self._ios.codes.get(io)
+        if io_code is None:
+            io_code = self._ios.code(io)
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
         for path, leaf in items:
             name = f"{base}.{path}" if path else base
@@ -449,8 +451,16 @@ class Recorder:
         if not outs:
             return
         ins = [(p, t) for p, t in leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
-        bname = _backward_name(c.call)
-        parent = _backward_name(c.parent) if c.parent else ""
+        names = self._backward_names
+        bname = names.get(c.call)
+        if bname is None:
+            bname = names[c.call] = _backward_name(c.call)
+        parent = c.parent
+        if parent:
+            bparent = names.get(parent)
+            if bparent is None:
+                bparent = names[parent] = _backward_name(parent)
+            parent = bparent
         b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
                  stack_id=c.stack_id)
         watched = self._grad_watch
