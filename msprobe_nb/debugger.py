@@ -155,6 +155,7 @@ class Debugger:
     def _attach(self) -> None:
         """Install what the level needs; a step the config filters out runs with nothing installed."""
         rec, cfg = self._recorder, self.config
+        rec.resume()
         if self._api_mode is not None or self._aten_mode is not None:
             rec.active = True
             return
@@ -292,6 +293,7 @@ class Debugger:
         rec.calls = []
         rec.construct = {}
         rec.summarizer.reset()
+        rec.flushed()
 
     def load(self):
         """The dump written so far, as a :class:`msprobe_nb.Dump`."""

@@ -718,3 +718,24 @@ def test_stack_sources_are_read_without_filling_linecache(tmp_path, monkeypatch)
     sid = int(parts.calls.loc[parts.calls.call == "Torch.sin.0.forward", "stack_id"].iloc[0])
     assert parts.stacks[sid][0] == f"File {src}, line 6, in f, \n return torch.sin(x)  # caf\xe9"
     assert str(src) not in linecache.cache
+
+
+def test_stop_and_start_within_a_step_summarises_seen_tensors_again(tmp_path):
+    """stop() writes the rows so far and resets the statistics buffers; when the same step goes on
+    (start() without step()), a tensor seen before must be summarised again, not pointed at a stale index,
+    and it keeps its tensor id and producer."""
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L1")
+    x = torch.arange(6.0)
+    dbg.start()
+    y = torch.relu(x)
+    dbg.stop()
+    dbg.start()
+    torch.neg(y)
+    torch.sin(torch.ones(3))
+    dbg.stop()
+    dbg.close()
+    calls = read_hdf5(tmp_path / "d").calls.set_index("name")
+    row = calls.loc["Torch.neg.0.forward.input.0"]
+    assert (row["max"], row["min"], row["mean"]) == (5.0, 0.0, 2.5)
+    assert row["producer"] == "Torch.relu.0.forward"
+    assert row["tensor_id"] == calls.loc["Torch.relu.0.forward.output.0", "tensor_id"]

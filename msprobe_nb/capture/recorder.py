@@ -143,6 +143,19 @@ class Recorder:
         self.summarizer.reset()
         self._seen: dict[int, list] = {}  # id(tensor) -> [weakref, version, summary, tensor_id, producer]
         self._next_tensor_id = 0
+        self._stale = False  # a flush happened mid-step: summary indices in _seen point to written buffers
+
+    def flushed(self) -> None:
+        """The step's rows were written and the summarizer reset; the step may go on (stop() then start()
+        without step()), so summaries must be taken again, while tensor ids and producers stay."""
+        self._stale = True
+
+    def resume(self) -> None:
+        """Before recording resumes: after a mid-step flush, every tensor seen is summarised again."""
+        if self._stale:
+            for e in self._seen.values():
+                e[1] = -1  # no version matches: the next sighting summarises it into the new buffers
+            self._stale = False
 
     def wants_step(self) -> bool:
         return not self.cfg.step or self.step in self.cfg.step
