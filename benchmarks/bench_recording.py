@@ -8,10 +8,12 @@ Run from the repository root (``. .venv/bin/activate`` first)::
 
 Every configuration runs in its own fresh subprocess (so its peak RSS is its own) on the two workloads of
 ``benchmarks/models.py`` (``small``: 2 layers, ``large``: 45 layers; one CPU thread). Inside a kit
-subprocess the step *without* the kit and the step *with* it alternate (A B B A ...), after warm-up, so
-slow drift of the machine cancels out; the ratio is median(with) / median(without) from the same process,
-of CPU time (``time.process_time``: steadier than wall time on a shared machine; the wall-time ratio is
-printed beside it).
+subprocess, after warm-up, steps *without* the kit and steps *with* it run in alternating blocks (plain
+steps after plain steps, recorded after recorded, as in a real run; the first step of each block is not
+timed; A B, B A, ... so slow drift of the machine cancels out). The ratio is median(with) /
+median(without) from the same process, of CPU time (``time.process_time``: steadier than wall time on a
+shared machine; the wall-time ratio is printed beside it). Each configuration of the small model runs in
+three processes (``--repeat``) and the median of their ratios is reported, with their range.
 A recorded step is the msprobe loop pattern: ``start(model)``, the training step, ``stop()``, ``step()``,
 so writing the step to disk is part of what is timed.
 
@@ -36,6 +38,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: timed steps per block of each arm (after one untimed step): see child()
+BLOCK_STEPS = {"small": 5, "large": 2}
 RESULT_TAG = "BENCH_RESULT "
 
 # name -> (tool, options). tool: none | imported | kit | msprobe | msprobe-none
@@ -274,14 +278,19 @@ def child(spec: dict) -> dict:
                     sizes.append(_dir_bytes(str(dbg.dump_dir)))
                 return t
 
-            for i in range(warmup + n):
-                if i % 2 == 0:  # A B, then B A: drift cancels
-                    b, w = base_step(), with_step()
-                else:
-                    w, b = with_step(), base_step()
-                if i >= warmup:
-                    base_t.append(b)
-                    with_t.append(w)
+            for _ in range(warmup):
+                base_step()
+                with_step()
+            # Blocks of steps, as a run has them: plain steps after plain steps, recorded after recorded.
+            # (Alternating single steps made each plain step follow a recorded one, whose memory traffic it
+            # paid for: ~10 % slower plain steps on the small model, and so a flattering ratio.) The first
+            # step of each block is not timed; the blocks alternate A B, B A, so drift cancels.
+            block = BLOCK_STEPS[spec["size"]]
+            for rnd in range(-(-n // block)):
+                arms = ((base_step, base_t), (with_step, with_t))
+                for fn, times in arms if rnd % 2 == 0 else arms[::-1]:
+                    fn()
+                    times.extend(fn() for _ in range(block))
             out["peak_rss_kib"] = _peak_rss_kib()
             if dbg is not None:
                 _kit_post(dbg, opts, sizes, out, spec.get("tmp"))
@@ -342,14 +351,30 @@ def _fmt_bytes(n) -> str:
 
 
 def _ratio(r: dict) -> float:
+    """The configuration's slowdown: the median of its processes' ratios (see ``--repeat``)."""
+    if r.get("ratios"):
+        return _med(r["ratios"])
     return _med(r["with_ms"]) / _med(r["base_ms"])
+
+
+def _merge_runs(runs: list[dict]) -> dict:
+    """One configuration measured in several processes: each process's ratio is kept (their median is
+    reported, with their range), the step times are pooled, and the peak RSS is the median peak."""
+    r = dict(runs[0])
+    if len(runs) > 1:
+        r["ratios"] = [_med(x["with_ms"]) / _med(x["base_ms"]) for x in runs]
+        r["wall_ratios"] = [_med(x["with_wall_ms"]) / _med(x["base_wall_ms"]) for x in runs]
+        for key in ("base_ms", "with_ms", "base_wall_ms", "with_wall_ms"):
+            r[key] = [v for x in runs for v in x[key]]
+        r["peak_rss_kib"] = _med([x["peak_rss_kib"] for x in runs])
+    return r
 
 
 def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
     """The printed report and the list of missed targets."""
     lines, missed = [], []
-    head = (f"{'size':5} {'config':12} {'calls':>5} {'w/o ms':>7} {'with ms':>8} {'ratio':>7} {'target':>7} "
-            f"{'time':6} {'wall':>6} {'µs/call':>7} {'msprobe':>8} {'bytes/step':>10} {'1st step':>9} "
+    head = (f"{'size':5} {'config':12} {'calls':>5} {'w/o ms':>7} {'with ms':>8} {'ratio':>7} {'runs':>9} "
+            f"{'target':>7} {'time':6} {'wall':>6} {'µs/call':>7} {'msprobe':>8} {'bytes/step':>10} {'1st step':>9} "
             f"{'peak RSS':>8} {'RSS Δ':>7} {'imports':>7} {'mem':5}")
     lines.append(head)
     lines.append("-" * len(head))
@@ -364,8 +389,9 @@ def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
             if name == "imported" and res.get("_none_meds"):
                 # cross-process: an import cannot be undone, so compare with the "none" processes
                 b, w = _med(res["_none_meds"]), _med(res["_imported_meds"])
-            ratio = w / b
-            wall = _med(r["with_wall_ms"]) / _med(r["base_wall_ms"])
+            ratio = _ratio(r) if name != "imported" else w / b
+            wall = _med(r["wall_ratios"]) if r.get("wall_ratios") else _med(r["with_wall_ms"]) / _med(r["base_wall_ms"])
+            spread = f"{min(r['ratios']):.2f}-{max(r['ratios']):.2f}" if r.get("ratios") else ""
             if name == "imported" and res.get("_none_walls"):
                 wall = _med(res["_imported_walls"]) / _med(res["_none_walls"])
             target = TIME_TARGETS.get(name)
@@ -397,9 +423,9 @@ def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
             rss_d = "" if d_kib is None else f"{d_kib / ref_kib * 100:+.1f}%"
             imp = r.get("import_kib")
             lines.append(
-                f"{size:5} {name:12} {r.get('calls', '') or '':>5} {b:7.2f} {w:8.2f} {ratio:6.2f}x {tgt:>7} "
-                f"{tstatus:6} {wall:5.2f}x {per_call:>7} {vs:>8} {_fmt_bytes(per_step):>10} {_fmt_bytes(first):>9} "
-                f"{r['peak_rss_kib'] / 1024:6.0f}MB {rss_d:>7} "
+                f"{size:5} {name:12} {r.get('calls', '') or '':>5} {b:7.2f} {w:8.2f} {ratio:6.2f}x {spread:>9} "
+                f"{tgt:>7} {tstatus:6} {wall:5.2f}x {per_call:>7} {vs:>8} {_fmt_bytes(per_step):>10} "
+                f"{_fmt_bytes(first):>9} {r['peak_rss_kib'] / 1024:6.0f}MB {rss_d:>7} "
                 f"{'' if not imp else f'{imp / 1024:.0f}MB':>7} {mstatus:5}")
         lines.append("")
     if any("pt_bytes" in results.get(size, {}).get("tensor-L1", {}) for size in sizes):
@@ -686,6 +712,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="small,large", help="comma list of workloads (small, large)")
     p.add_argument("--configs", help="comma list of configurations (default: all); 'none' always runs")
     p.add_argument("--repeat-import", type=int, help="none/imported process pairs (default 3; quick 1)")
+    p.add_argument("--repeat", type=int, help="processes per tool configuration, median ratio reported "
+                                              "(default 3 for the small model, 1 for the large; quick 1)")
     p.add_argument("--growth-steps", type=int, help="steps of the dump-growth check (default 100; quick 25; 0: off)")
     p.add_argument("--msprobe-python", help="interpreter that can `import msprobe` (default: auto-detect)")
     p.add_argument("--no-msprobe", action="store_true", help="skip the msprobe rows")
@@ -719,6 +747,11 @@ def main(argv=None) -> int:
     warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
     repeat_import = args.repeat_import or (1 if args.quick else 3)
     growth_steps = args.growth_steps if args.growth_steps is not None else (25 if args.quick else 100)
+
+    def repeat(size: str) -> int:
+        if args.repeat:
+            return args.repeat
+        return 1 if args.quick or size != "small" else 3
     if args.no_msprobe:
         ms_py, ms_note = None, "columns skipped (--no-msprobe)"
     else:
@@ -753,19 +786,22 @@ def main(argv=None) -> int:
         for name, (tool, opts) in KIT_CONFIGS.items():
             if tool != "kit" or (wanted and name not in wanted):
                 continue
-            r = _run_child(sys.executable, spec(name, tool, opts), timeout=1800)
-            if r:
-                res[name] = r
-                print(f"  {size} {name}: {_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f} ms/step", flush=True)
+            runs = [r for r in (_run_child(sys.executable, spec(name, tool, opts), timeout=1800)
+                                for _ in range(repeat(size))) if r]
+            if runs:
+                res[name] = _merge_runs(runs)
+                print(f"  {size} {name}: " + ", ".join(f"{_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f}"
+                                                       for r in runs) + " ms/step", flush=True)
         if ms_py:
             for name, (tool, opts) in MS_CONFIGS.items():
                 if wanted and name != "ms-none" and name not in wanted and name[3:] not in wanted:
                     continue
-                r = _run_child(ms_py, spec(name, tool, opts), timeout=1800)
-                if r:
-                    res[name] = r
-                    print(f"  {size} {name}: {_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f} ms/step",
-                          flush=True)
+                runs = [r for r in (_run_child(ms_py, spec(name, tool, opts), timeout=1800)
+                                    for _ in range(repeat(size))) if r]
+                if runs:
+                    res[name] = _merge_runs(runs)
+                    print(f"  {size} {name}: " + ", ".join(f"{_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f}"
+                                                           for r in runs) + " ms/step", flush=True)
     if growth_steps:
         g = _run_child(sys.executable, {"name": "growth", "tool": "growth", "size": "small", "steps": growth_steps,
                                         "opts": {"level": "L1", "task": "statistics"}, "tmp": args.tmp},
