@@ -568,8 +568,9 @@ def _components() -> None:
         ("the same, batched as the recorder does it (Summarizer)", batched()),
         ("statistics of a 0-d tensor", us(lambda: stats._cpu_stats(s))),
         ("  of which torch.aminmax", us(lambda: torch.aminmax(x))),
-        ("  of which Tensor.mean", us(lambda: x.mean())),
+        ("  of which Tensor.sum", us(lambda: x.sum())),
         ("  of which linalg.vector_norm", us(lambda: torch.linalg.vector_norm(x))),
+        ("  of which one read back (torch.stack + tolist of 4)", us(lambda: torch.stack((s, s, s, s)).tolist())),
         ("stack capture, Recorder.stack_id, ~20 frames deep", us(lambda: deep(20, lambda: rec.stack_id(
             sys._getframe(1)))) - empty_frames),
         ("open_api (counter, name, parent, stack)", us(lambda: deep(20, lambda: rec.open_api(
