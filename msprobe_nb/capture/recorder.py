@@ -104,7 +104,7 @@ class Recorder:
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._registered: tuple = ()
         self._stack_ids: dict[tuple, int] = {}
-        self._stack_texts: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
+        self._stack_keys: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
         # The frame of the last recorded call and its stack ids by instruction. While a function's frame
         # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
         # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
@@ -253,9 +253,9 @@ class Recorder:
             f = f.f_back
             depth -= 1
         key = tuple(frames)
-        sid = self._stack_texts.get(key)
+        sid = self._stack_keys.get(key)
         if sid is None:
-            sid = self._stack_texts[key] = len(self._stack_texts)
+            sid = self._stack_keys[key] = len(self._stack_keys)
             self._new_stacks[sid] = frames
         return sid
 
@@ -672,24 +672,22 @@ def _source_lines(wanted: dict[str, set[int]]) -> dict[tuple[str, int], str]:
     """
     out: dict[tuple[str, int], str] = {}
     for filename, lines in wanted.items():
-        if filename not in linecache.cache:
-            try:
-                last = max(lines)
-                with tokenize.open(filename) as fh:  # honours the file's coding declaration, as linecache does
-                    for i, text in enumerate(fh, 1):
-                        if i in lines:
-                            out[filename, i] = text.strip()
-                        if i >= last:
-                            break
-                continue
-            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-                pass
+        if filename in linecache.cache:
+            for ln in lines:
+                out[filename, ln] = linecache.getline(filename, ln).strip()
+            continue
+        try:
+            last = max(lines)
+            with tokenize.open(filename) as fh:  # honours the file's coding declaration, as linecache does
+                for i, text in enumerate(fh, 1):
+                    if i in lines:
+                        out[filename, i] = text.strip()
+                    if i >= last:
+                        break
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
             for ln in lines:
                 out[filename, ln] = linecache.getline(filename, ln).strip()
             linecache.cache.pop(filename, None)
-            continue
-        for ln in lines:
-            out[filename, ln] = linecache.getline(filename, ln).strip()
     return out
 
 
@@ -730,6 +728,8 @@ class _Working:
 
 
 _DisableTorchFunction = torch._C.DisableTorchFunction
+
+
 class _Vocab:
     """Small codes for the few distinct values of a row field (io, kind, dtype, device): rows hold the
     code, and the writer converts each distinct value once instead of once per row."""
@@ -740,11 +740,11 @@ class _Vocab:
         self.values: list[str] = list(values)
         self.codes: dict[Any, int] = {v: i for i, v in enumerate(self.values)}
 
-    def code(self, key: Any, text: str | None = None) -> int:
+    def code(self, key: Any) -> int:
         i = self.codes.get(key)
         if i is None:
             i = self.codes[key] = len(self.values)
-            self.values.append(str(key) if text is None else text)
+            self.values.append(str(key))
         return i
 
 
