@@ -288,11 +288,6 @@ class Debugger:
             if self._writer is None:
                 self._open_writer()
             self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
-        rec.take_new_stacks()
-        rec.rows = []
-        rec.calls = []
-        rec.construct = {}
-        rec.summarizer.reset()
         rec.flushed()
 
     def load(self):

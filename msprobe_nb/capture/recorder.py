@@ -146,8 +146,14 @@ class Recorder:
         self._stale = False  # a flush happened mid-step: summary indices in _seen point to written buffers
 
     def flushed(self) -> None:
-        """The step's rows were written and the summarizer reset; the step may go on (stop() then start()
-        without step()), so summaries must be taken again, while tensor ids and producers stay."""
+        """The step's rows so far are written: drop them, their calls, construct entries, new stacks and
+        summaries. The step may go on (stop() then start() without step()), so tensors seen before are
+        summarised again when met (see :meth:`resume`), while their tensor ids and producers stay."""
+        self.rows = []
+        self.calls = []
+        self.construct = {}
+        self._new_stacks.clear()
+        self.summarizer.reset()
         self._stale = True
 
     def resume(self) -> None:
@@ -649,9 +655,6 @@ class Recorder:
             out["data_name"] = data_names
         return {"columns": out, "tensors": tensors, "stacks": self._render_new_stacks(),
                 "construct": dict(self.construct)}
-
-    def take_new_stacks(self) -> None:
-        self._new_stacks.clear()
 
     def note_error(self, where: str, exc: BaseException) -> None:
         """Never break the user's model: remember the failure, warn once, carry on."""
