@@ -430,12 +430,7 @@ class Recorder:
         same = (c.family, c.op) in SAME_ELEMENTS
         call = c.call
         bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
-        parent = c.parent
-        if parent:
-            bparent = self._backward_names.get(parent)
-            if bparent is None:
-                bparent = self._backward_names[parent] = _backward_name(parent)
-            parent = bparent
+        parent = self._backward_of(c.parent) if c.parent else ""
 
         def hook(grad_inputs, grad_outputs):
             if not recorder.active:
@@ -456,6 +451,13 @@ class Recorder:
 
         self._handles.append(first.grad_fn.register_hook(hook))
 
+    def _backward_of(self, call: str) -> str:
+        """The backward call name of a forward call (cached: the same names come back every step)."""
+        name = self._backward_names.get(call)
+        if name is None:
+            name = self._backward_names[call] = _backward_name(call)
+        return name
+
     def attach_module_backward(self, c: Call, args: Any, out: Any) -> None:
         """Module backward through tensor hooks on its outputs and inputs (no BackwardHook node is inserted,
         so gradients are computed exactly as without the kit; the input side is the input tensor's full grad).
@@ -470,16 +472,8 @@ class Recorder:
         if not outs:
             return
         ins = [(p, t) for p, t in leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
-        names = self._backward_names
-        bname = names.get(c.call)
-        if bname is None:
-            bname = names[c.call] = _backward_name(c.call)
-        parent = c.parent
-        if parent:
-            bparent = names.get(parent)
-            if bparent is None:
-                bparent = names[parent] = _backward_name(parent)
-            parent = bparent
+        bname = self._backward_of(c.call)
+        parent = self._backward_of(c.parent) if c.parent else ""
         b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
                  stack_id=c.stack_id)
         watched = self._grad_watch
