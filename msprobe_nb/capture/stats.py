@@ -224,16 +224,8 @@ class Summarizer:
         # the common case first, with fewer checks: a plain small float32 CPU tensor, statistics only
         if self._stats_only and t.dtype is _F32 and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAMETER) \
                 and t.layout is _STRIDED and 0 < t.numel() <= STAGE_MAX_NUMEL:
-            i = len(values)
-            try:
-                a = (t.detach() if t.requires_grad else t).numpy()
-            except (RuntimeError, TypeError):  # conjugate / negative views and the like: the general path
-                pass
-            else:
-                values.append(None)  # filled when its batch is reduced
-                if not self._batches.add(a, i, values):
-                    values[i] = _cpu_stats(t.detach())
-                return i
+            self._stage(t.detach() if t.requires_grad else t)
+            return len(values) - 1
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
@@ -241,14 +233,7 @@ class Summarizer:
         on_cpu = d.is_cpu
         if self.want_stats:
             if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
-                try:
-                    a = d.numpy()
-                except (RuntimeError, TypeError):  # conjugate / negative views and the like
-                    values.append(_cpu_stats(d))
-                else:
-                    values.append(None)  # filled when its batch is reduced
-                    if not self._batches.add(a, len(values) - 1, values):
-                        values[-1] = _cpu_stats(d)
+                self._stage(d)
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
@@ -259,6 +244,19 @@ class Summarizer:
             self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
                                 else d.to("cpu", non_blocking=True))
         return len(values) - 1
+
+    def _stage(self, d: torch.Tensor) -> None:
+        """Append the statistics of the small float32 CPU tensor ``d``: staged in its batch (filled when the
+        batch is reduced), or computed at once when it cannot be (no buffer left, no numpy view)."""
+        values = self._values
+        try:
+            a = d.numpy()
+        except (RuntimeError, TypeError):  # conjugate / negative views and the like
+            values.append(_cpu_stats(d))
+            return
+        values.append(None)
+        if not self._batches.add(a, len(values) - 1, values):
+            values[-1] = _cpu_stats(d)
 
     def can_share(self, out: torch.Tensor, source: torch.Tensor) -> bool:
         """Whether ``out`` may reuse ``source``'s summary because it holds exactly the same elements (a
