@@ -374,8 +374,8 @@ class DumpWriter:
         # Interning state. Ids below the committed counts are on disk; the rest are pending.
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = [""]
-        self._shape_ids: dict[tuple[int, ...], int] = {}
-        self._shape_lookup: dict[Any, int] = {None: -1}  # _shape_ids, plus None (no shape): one map() per column
+        # shape -> id; None (no shape) -> -1 too, so a column converts with one map()
+        self._shape_ids: dict[tuple[int, ...] | None, int] = {None: -1}
         self._new_shapes: list[tuple[int, ...]] = []
         self._stack_ids: set[int] = set()
         self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
@@ -395,7 +395,7 @@ class DumpWriter:
         if i is None:
             if any(d < 0 for d in key):
                 raise ValueError(f"shape {key} has a negative dimension")
-            i = self._shape_ids[key] = self._shape_lookup[key] = len(self._shape_ids)
+            i = self._shape_ids[key] = len(self._shape_ids) - 1  # None's entry is not a shape
             self._new_shapes.append(key)
         return i
 
@@ -409,7 +409,6 @@ class DumpWriter:
             self._new_strings.append("")
         for s in self._new_shapes:
             self._shape_ids.pop(s, None)
-            self._shape_lookup.pop(s, None)
         del self._new_shapes[:]
 
     # -- column conversion -----------------------------------------------------------------
@@ -428,7 +427,7 @@ class DumpWriter:
     def _shape_column(self, values: Any) -> np.ndarray:
         vals = _as_list(values)
         try:  # known shapes without a Python-level loop
-            ids = list(map(self._shape_lookup.get, vals))
+            ids = list(map(self._shape_ids.get, vals))
         except TypeError:  # unhashable entries (lists): all through the loop below
             ids = [None] * len(vals)
         try:  # all known: no scan for None first
