@@ -110,16 +110,15 @@ class RandomPolicy:
                     orig = module.__dict__.get(name)
                     if orig is None or not callable(orig):
                         continue
-                    wrappers.append((module, name, orig, self._wrap(orig, family, name, digest)))
+                    wrappers.append((module, name, family, digest, orig, self._wrap(orig, family, name, digest)))
         self._saved = []
-        for i, (module, name, orig, wrapper) in enumerate(wrappers):
+        for i, (module, name, family, digest, orig, wrapper) in enumerate(wrappers):
             now = module.__dict__.get(name)
             if now is not orig:  # replaced by someone else since the wrapper was made: wrap what is there
                 if now is None or not callable(now):
                     continue
-                family, digest = ("Random", _python_digest) if module is _pyrandom else ("NumpyRandom", _numpy_digest)
                 orig, wrapper = now, self._wrap(now, family, name, digest)
-                wrappers[i] = (module, name, orig, wrapper)
+                wrappers[i] = (module, name, family, digest, orig, wrapper)
             self._saved.append((module, name, orig))
             setattr(module, name, wrapper)
 
