@@ -362,7 +362,7 @@ def _merge_runs(runs: list[dict]) -> dict:
     reported, with their range), the step times are pooled, and the peak RSS is the median peak."""
     r = dict(runs[0])
     if len(runs) > 1:
-        r["ratios"] = [_med(x["with_ms"]) / _med(x["base_ms"]) for x in runs]
+        r["ratios"] = [_ratio(x) for x in runs]
         r["wall_ratios"] = [_med(x["with_wall_ms"]) / _med(x["base_wall_ms"]) for x in runs]
         for key in ("base_ms", "with_ms", "base_wall_ms", "with_wall_ms"):
             r[key] = [v for x in runs for v in x[key]]
@@ -753,6 +753,14 @@ def main(argv=None) -> int:
         if args.repeat:
             return args.repeat
         return 1 if args.quick or size != "small" else 3
+
+    def measure(py: str, size: str, spec_: dict, res: dict) -> None:
+        """One tool configuration in ``repeat(size)`` processes, merged into ``res``."""
+        runs = [r for r in (_run_child(py, spec_, timeout=1800) for _ in range(repeat(size))) if r]
+        if runs:
+            res[spec_["name"]] = _merge_runs(runs)
+            print(f"  {size} {spec_['name']}: " + ", ".join(f"{_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f}"
+                                                          for r in runs) + " ms/step", flush=True)
     if args.no_msprobe:
         ms_py, ms_note = None, "columns skipped (--no-msprobe)"
     else:
@@ -787,22 +795,12 @@ def main(argv=None) -> int:
         for name, (tool, opts) in KIT_CONFIGS.items():
             if tool != "kit" or (wanted and name not in wanted):
                 continue
-            runs = [r for r in (_run_child(sys.executable, spec(name, tool, opts), timeout=1800)
-                                for _ in range(repeat(size))) if r]
-            if runs:
-                res[name] = _merge_runs(runs)
-                print(f"  {size} {name}: " + ", ".join(f"{_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f}"
-                                                       for r in runs) + " ms/step", flush=True)
+            measure(sys.executable, size, spec(name, tool, opts), res)
         if ms_py:
             for name, (tool, opts) in MS_CONFIGS.items():
                 if wanted and name != "ms-none" and name not in wanted and name[3:] not in wanted:
                     continue
-                runs = [r for r in (_run_child(ms_py, spec(name, tool, opts), timeout=1800)
-                                    for _ in range(repeat(size))) if r]
-                if runs:
-                    res[name] = _merge_runs(runs)
-                    print(f"  {size} {name}: " + ", ".join(f"{_med(r['base_ms']):.2f} -> {_med(r['with_ms']):.2f}"
-                                                           for r in runs) + " ms/step", flush=True)
+                measure(ms_py, size, spec(name, tool, opts), res)
     if growth_steps:
         g = _run_child(sys.executable, {"name": "growth", "tool": "growth", "size": "small", "steps": growth_steps,
                                         "opts": {"level": "L1", "task": "statistics"}, "tmp": args.tmp},
