@@ -213,9 +213,9 @@ class Recorder:
         """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
 
         The key is a tuple of (instruction offset, id(code)) integers for every frame, kit frames
-        included: hashing code objects is slow, and the walk is on every call. A new key is rendered
-        once, without the kit's frames, and keys that render alike share one id. The code objects of
-        every key are kept alive in ``_codes``, so their ids cannot be reused by other code.
+        included: hashing code objects is slow, and the walk is on every call. A new key is described once
+        by the (file, line, function) of its user frames, and keys described alike share one id. The code
+        objects of every key are kept alive in ``_codes``, so their ids cannot be reused by other code.
         """
         if not self.cfg.stack or frame is None:
             return -1

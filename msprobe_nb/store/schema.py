@@ -77,6 +77,8 @@ class Coded:
 
     def __len__(self) -> int:
         return len(self.codes)
+
+
 NUMERIC_STATS = ["max", "min", "mean", "norm"]
 
 
