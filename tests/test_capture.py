@@ -519,7 +519,9 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time(monkeypatch):
     cases = [torch.randn(8, 16, 64, generator=g) * 100, torch.randn(3, generator=g), torch.tensor(-2.5),
              torch.randn(64, 8, generator=g).t(),  # not contiguous
              torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), float("nan")]),
-             torch.tensor([float("inf"), 2.0]), torch.full((5,), 3e38)]
+             torch.tensor([float("inf"), 2.0]), torch.full((5,), 3e38),
+             torch.randn(4, 6, generator=g).requires_grad_(),  # viewed through numpy(force=True)
+             torch.randn(6, 4, generator=g).requires_grad_().t()]  # ...and copied: not contiguous
     # 8192 elements: a buffer of 2 rows, then 4, 8 and 16: it fills and grows three times, 5 rows stay staged
     cases += [torch.randn(8, 16, 64, generator=g) for _ in range(19)]
     monkeypatch.setattr(stats, "STAGE_FIRST_BYTES", 4 * 8192)
@@ -530,8 +532,9 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time(monkeypatch):
     assert s._values[idx[1]] is None  # staged, not yet reduced
     assert s._values[idx[0]] is not None  # the first full buffer was reduced during the step
     assert s._batches._groups[8192][0].shape == (16, 8192)  # doubled each time it filled, up to STAGE_BYTES
-    for t in cases:
-        t.mul_(-7)  # after staging: must not change what was recorded
+    with torch.no_grad():
+        for t in cases:
+            t.mul_(-7)  # after staging: must not change what was recorded
     out, _ = s.materialize()
     for i, w in zip(idx, want):
         for got, exp in zip(out[i], w):

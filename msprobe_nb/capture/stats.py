@@ -138,7 +138,7 @@ class _Batches:
             self._allocated += rows * n * 4
             g = self._groups[n] = [np.empty((rows, n), np.float32), 0, []]
         buf, k, where = g
-        buf[k] = a.reshape(-1)
+        buf[k] = a.ravel()  # a view when contiguous (cheaper than reshape(-1)); a copy otherwise
         where.append(idx)
         g[1] = k + 1
         if k + 1 == len(buf):
@@ -224,7 +224,7 @@ class Summarizer:
         # the common case first, with fewer checks: a plain small float32 CPU tensor, statistics only
         if self._stats_only and t.dtype is _F32 and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAMETER) \
                 and t.layout is _STRIDED and 0 < t.numel() <= STAGE_MAX_NUMEL:
-            self._stage(t.detach() if t.requires_grad else t)
+            self._stage(t)
             return len(values) - 1
         if not has_storage(t):
             return -1
@@ -247,16 +247,19 @@ class Summarizer:
 
     def _stage(self, d: torch.Tensor) -> None:
         """Append the statistics of the small float32 CPU tensor ``d``: staged in its batch (filled when the
-        batch is reduced), or computed at once when it cannot be (no buffer left, no numpy view)."""
+        batch is reduced), or computed at once when it cannot be (no buffer left, no numpy view).
+
+        ``numpy(force=True)`` views a tensor that requires grad without a separate ``detach()`` (0.2 µs
+        less per tensor); no autograd node is made either way."""
         values = self._values
         try:
-            a = d.numpy()
+            a = d.numpy(force=True) if d.requires_grad else d.numpy()
         except (RuntimeError, TypeError):  # conjugate / negative views and the like
-            values.append(_cpu_stats(d))
+            values.append(_cpu_stats(d.detach()))
             return
         values.append(None)
         if not self._batches.add(a, len(values) - 1, values):
-            values[-1] = _cpu_stats(d)
+            values[-1] = _cpu_stats(d.detach())
 
     def can_share(self, out: torch.Tensor, source: torch.Tensor) -> bool:
         """Whether ``out`` may reuse ``source``'s summary because it holds exactly the same elements (a
