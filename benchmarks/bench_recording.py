@@ -3,7 +3,7 @@
 Run from the repository root (``. .venv/bin/activate`` first)::
 
     python benchmarks/bench_recording.py --quick          # about 3 minutes
-    python benchmarks/bench_recording.py                  # the full run, about 8 minutes
+    python benchmarks/bench_recording.py                  # the full run, about 9 minutes
     python benchmarks/bench_recording.py --profile        # cProfile of statistics L1 and mix (small model)
 
 Every configuration runs in its own fresh subprocess (so its peak RSS is its own) on the two workloads of
