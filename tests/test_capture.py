@@ -692,6 +692,54 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path):
     assert rows.loc["Torch.cos.0.forward", "stack_id"] == rows.loc["Torch.cos.1.forward", "stack_id"]
 
 
+def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):
+    """A module hook's stack is looked up from the first frame above torch's module-call frames: siblings
+    called from different lines, the same line in a loop, and a parent that is a generator resumed from two
+    places must each get their own exact stack."""
+    lines = {}
+    here = sys._getframe
+
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.ReLU(), nn.Tanh()
+
+        def forward(self, x):
+            lines["a"] = here().f_lineno; x = self.a(x)  # noqa: E702
+            lines["b"] = here().f_lineno; x = self.b(x)  # noqa: E702
+            for _ in range(2):
+                lines["loop"] = here().f_lineno; x = self.a(x)  # noqa: E702
+            return x
+
+    def gen(m, x):
+        while True:
+            lines["yield"] = here().f_lineno; yield m(x)  # noqa: E702
+
+    model = Parent()
+    x = torch.ones(2)
+    g = gen(model.b, x)
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L0")
+    dbg.start(model)
+    lines["top"] = here().f_lineno; model(x)  # noqa: E702
+    lines["next0"] = here().f_lineno; next(g)  # noqa: E702
+    lines["next1"] = here().f_lineno; next(g)  # noqa: E702
+    dbg.stop()
+    dbg.close()
+    parts = read_hdf5(tmp_path / "d")
+    rows = parts.calls.drop_duplicates("call").set_index("call")
+
+    def user_lines(call):
+        frames = parts.stacks[int(rows.loc[call, "stack_id"])]
+        return [int(f.split(", line ")[1].split(",")[0]) for f in frames if "test_capture.py" in f]
+
+    assert user_lines("Module.a.ReLU.forward.0") == [lines["a"], lines["top"]]
+    assert user_lines("Module.b.Tanh.forward.0") == [lines["b"], lines["top"]]
+    assert user_lines("Module.a.ReLU.forward.1") == [lines["loop"], lines["top"]]
+    assert rows.loc["Module.a.ReLU.forward.1", "stack_id"] == rows.loc["Module.a.ReLU.forward.2", "stack_id"]
+    assert user_lines("Module.b.Tanh.forward.1") == [lines["yield"], lines["next0"]]
+    assert user_lines("Module.b.Tanh.forward.2") == [lines["yield"], lines["next1"]]
+
+
 def test_leaves_fast_paths_agree_with_the_general_walk():
     """leaves() has fast paths for flat tuples/lists and keyword dicts: same (path, leaf) pairs as walk()."""
     from msprobe_nb.capture.leaves import leaves, walk
