@@ -515,6 +515,7 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time(monkeypatch):
     those of _cpu_stats, a later in-place change must not leak in, and a full buffer must reduce mid-step."""
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
+    monkeypatch.setattr(stats, "_fused", None)  # the torch path, as without the C kernel
     g = torch.Generator().manual_seed(0)
     cases = [torch.randn(8, 16, 64, generator=g) * 100, torch.randn(3, generator=g), torch.tensor(-2.5),
              torch.randn(64, 8, generator=g).t(),  # not contiguous
@@ -566,9 +567,77 @@ def test_modules_added_between_steps_get_their_paths(tmp_path):
     assert "Module.1.1.Tanh.forward.0" in step1 and "Module.2.Linear.forward.0" in step1
 
 
+def _torch_stats(t):
+    """max, min, mean, norm and the NaN / +inf / -inf counts of ``t`` with torch's own reductions."""
+    t = t.detach().to(torch.float32)
+    return [t.amax().item(), t.amin().item(), t.mean().item(), torch.linalg.vector_norm(t).item(),
+            float(t.isnan().sum()), float(t.isposinf().sum()), float(t.isneginf().sum())]
+
+
+def _agree(got, want):
+    for g, w in zip(got, want):
+        assert (g != g and w != w) or g == pytest.approx(w, rel=1e-6, abs=1e-7), (got, want)
+
+
+FUSED_SIZES = [1, 7, 31, 32, 33, 255, 511, 512, 513, 1000, 8192, 24576, 32768, 100_003]
+
+
+@pytest.mark.parametrize("n", FUSED_SIZES)
+def test_the_c_kernel_gives_torchs_statistics(n):
+    """The optional one-pass C kernel (setup.py) against torch's reductions, for sizes around its vector
+    blocks and fold points, with NaN or inf at the start, inside the vector blocks or in the tail."""
+    from msprobe_nb.capture import stats
+    if stats._fused is None:
+        pytest.skip("msprobe_nb.capture._fused_stats is not built (no C compiler at install); "
+                    "statistics use torch's reductions")
+    g = torch.Generator().manual_seed(n)
+    base = [torch.randn(n, generator=g) * 3, torch.rand(n, generator=g) - 7.5, torch.full((n,), 2.5),
+            torch.randn(n, generator=g) * 1e30]  # 1e30: squares beyond float32, the norm is inf as in torch
+    for t in base:
+        _agree(stats._cpu_stats(t), _torch_stats(t))
+        mx, mn, s, norm = stats._fused(t.numpy())
+        assert (mx, mn) == (t.amax().item(), t.amin().item())
+    for pos in {0, n // 2, n - 1}:
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            t = torch.randn(n, generator=g)
+            t[pos] = bad
+            assert stats._fused_stats(t, n) is None  # not finite: torch's path counts them
+            mx = stats._fused(t.numpy())[0]
+            assert (mx != mx) if bad != bad else mx == max(bad, t[t.isfinite()].max().item() if n > 1 else bad)
+            _agree(stats._cpu_stats(t), _torch_stats(t))
+
+
+def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
+    """Contiguous float32 CPU tensors of any size go through the kernel at once (nothing is staged);
+    transposes, conjugate views and other dtypes take torch's path; without the kernel the values are
+    the same."""
+    from msprobe_nb.capture import stats
+    from msprobe_nb.capture.stats import Summarizer
+    if stats._fused is None:
+        pytest.skip("msprobe_nb.capture._fused_stats is not built (no C compiler at install)")
+    g = torch.Generator().manual_seed(1)
+    cases = [torch.randn(8, 16, 64, generator=g), torch.randn(40_000, generator=g),
+             torch.randn(6, 4, generator=g).requires_grad_(), torch.randn(64, 8, generator=g).t(),
+             torch.tensor(3.0), torch.randn(5, dtype=torch.float64, generator=g),
+             torch.tensor([1.0, float("nan")]), torch.nn.Parameter(torch.randn(3, 3, generator=g))]
+    s = Summarizer()
+    idx = [s.summarize(t) for t in cases]
+    staged = [i for i in idx if s._values[i] is None]
+    assert staged == [idx[3], idx[6]]  # the transpose and the tensor with a NaN wait for a torch batch
+    out, _ = s.materialize()
+    monkeypatch.setattr(stats, "_fused", None)
+    s2 = Summarizer()
+    idx2 = [s2.summarize(t) for t in cases]
+    out2, _ = s2.materialize()
+    for t, i, j in zip(cases, idx, idx2):
+        _agree(out[i].tolist(), _torch_stats(t))
+        _agree(out2[j].tolist(), out[i].tolist())
+
+
 def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
+    monkeypatch.setattr(stats, "_fused", None)  # the torch path, as without the C kernel
     monkeypatch.setattr(stats, "STAGE_FIRST_BYTES", 2 * 4 * 1024)  # buffers of two rows of 1024 elements
     monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one such buffer, which cannot grow
     s = Summarizer()

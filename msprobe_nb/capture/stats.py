@@ -5,6 +5,10 @@ its results (seed FAQ, "model computation result change"). On accelerators every
 device tensor until :meth:`Summarizer.materialize`; on the CPU there is nothing to synchronise, so values
 are read at once. The recorder reuses the summary of a tensor seen again unchanged (same object, same
 version counter): the output of one call is usually the input of the next.
+
+On the CPU, a contiguous float32 tensor is summarised in one pass by the optional C kernel
+``_fused_stats`` (built by setup.py where a compiler is found); otherwise, and for other tensors, by torch
+reductions, small float32 ones in batches (:class:`_Batches`).
 """
 from __future__ import annotations
 
@@ -13,6 +17,11 @@ import zlib
 
 import numpy as np
 import torch
+
+try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
+    from msprobe_nb.capture._fused_stats import stats as _fused
+except ImportError:  # built without a compiler: torch's reductions give the same statistics
+    _fused = None
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -38,9 +47,28 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
     return t, torch.float64  # integers: exact min/max, mean and norm in float64
 
 
+def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
+    """Statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where it
+    does not apply: no kernel, not C-contiguous (a transpose), a conjugate/negative view, or a NaN or inf
+    in it (torch's path then also counts them)."""
+    if _fused is None:
+        return None
+    try:
+        mx, mn, s, norm = _fused(t.numpy(force=True) if t.requires_grad else t.numpy())
+    except (TypeError, ValueError, BufferError, RuntimeError):
+        return None
+    if not (math.isfinite(mx) and math.isfinite(mn)):
+        return None
+    return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
+
+
 def _cpu_stats(t: torch.Tensor) -> tuple[float, ...]:
     if t.numel() == 0:
         return _EMPTY
+    if t.dtype is _F32:
+        got = _fused_stats(t, t.numel())
+        if got is not None:
+            return got
     if t.dtype == torch.bool:
         n_true = int(t.sum())
         n = t.numel()
@@ -221,11 +249,18 @@ class Summarizer:
         which tensor objects (and versions) it has summarised already.
         """
         values = self._values
-        # the common case first, with fewer checks: a plain small float32 CPU tensor, statistics only
+        # the common case first, with fewer checks: a plain float32 CPU tensor, statistics only
         if self._stats_only and t.dtype is _F32 and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAMETER) \
-                and t.layout is _STRIDED and 0 < t.numel() <= STAGE_MAX_NUMEL:
-            self._stage(t)
-            return len(values) - 1
+                and t.layout is _STRIDED:
+            n = t.numel()
+            if n:
+                got = _fused_stats(t, n)
+                if got is not None:
+                    values.append(got)
+                    return len(values) - 1
+                if n <= STAGE_MAX_NUMEL:
+                    self._stage(t)
+                    return len(values) - 1
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed

@@ -1,0 +1,131 @@
+/* One-pass statistics of a float32 CPU buffer: max, min, sum and norm, read once.
+ *
+ * Why: torch needs four reductions (four passes and four dispatches) for what a recorded tensor needs,
+ * and inside a training step the dispatch, not the arithmetic, is most of the cost. This kernel reads the
+ * values once while they are still in cache from the op that made them.
+ *
+ * Semantics follow a float32 torch reduction: a NaN makes max, min, sum and norm NaN; sums are
+ * accumulated in float lanes folded into double every 512 elements, and rounded to float32 at the end;
+ * a sum, or a sum of squares, beyond float32's range gives inf, as torch's float32 accumulation does.
+ *
+ * Portable C with GCC/Clang vector extensions (SSE or NEON, and an AVX2 clone on x86-64 Linux with
+ * GCC). setup.py builds it as an optional extension: without a compiler, msprobe_nb uses torch's
+ * reductions instead (msprobe_nb/capture/stats.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+
+/* lane by lane a > m ? a : m (a NaN lane keeps m: NaNs are tracked on their own) */
+#define VMAX(a, m) ((v8f)(((v8i)(a) & ((a) > (m))) | ((v8i)(m) & ~((a) > (m)))))
+#define VMIN(a, m) ((v8f)(((v8i)(a) & ((a) < (m))) | ((v8i)(m) & ~((a) < (m)))))
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+#define BLOCK 32   /* floats per inner iteration: four vectors, four independent chains */
+#define FOLD 512   /* floats per float-lane partial sum before it is added to the double totals */
+
+/* out: max, min, sum, sum of squares (sums in double); returns 1 when some element is NaN */
+MULTIVERSION static int stats_pass(const float *x, Py_ssize_t n, double out[4])
+{
+    v8f zero = {0};
+    v8f mx0 = zero - INFINITY, mx1 = mx0, mx2 = mx0, mx3 = mx0;
+    v8f mn0 = zero + INFINITY, mn1 = mn0, mn2 = mn0, mn3 = mn0;
+    v8i nan = {0};
+    double s = 0.0, q = 0.0;
+    float fmx = -INFINITY, fmn = INFINITY;
+    int any_nan = 0;
+    Py_ssize_t i = 0;
+    Py_ssize_t whole = n - n % BLOCK;
+    while (i < whole) {
+        v8f s0 = zero, s1 = zero, s2 = zero, s3 = zero, q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+        Py_ssize_t end = i + FOLD < whole ? i + FOLD : whole;
+        for (; i < end; i += BLOCK) {
+            v8f a, b, c, d;
+            memcpy(&a, x + i, sizeof a);
+            memcpy(&b, x + i + 8, sizeof b);
+            memcpy(&c, x + i + 16, sizeof c);
+            memcpy(&d, x + i + 24, sizeof d);
+            mx0 = VMAX(a, mx0); mx1 = VMAX(b, mx1); mx2 = VMAX(c, mx2); mx3 = VMAX(d, mx3);
+            mn0 = VMIN(a, mn0); mn1 = VMIN(b, mn1); mn2 = VMIN(c, mn2); mn3 = VMIN(d, mn3);
+            s0 += a; s1 += b; s2 += c; s3 += d;
+            q0 += a * a; q1 += b * b; q2 += c * c; q3 += d * d;
+            nan |= (a != a) | (b != b) | (c != c) | (d != d);
+        }
+        v8f st = (s0 + s1) + (s2 + s3), qt = (q0 + q1) + (q2 + q3);
+        for (int k = 0; k < 8; k++) {
+            s += st[k];
+            q += qt[k];
+        }
+    }
+    v8f mx = VMAX(VMAX(mx0, mx1), VMAX(mx2, mx3));
+    v8f mn = VMIN(VMIN(mn0, mn1), VMIN(mn2, mn3));
+    for (int k = 0; k < 8; k++) {
+        if (mx[k] > fmx) fmx = mx[k];
+        if (mn[k] < fmn) fmn = mn[k];
+        if (nan[k]) any_nan = 1;
+    }
+    for (; i < n; i++) {
+        float v = x[i];
+        if (v > fmx) fmx = v;
+        if (v < fmn) fmn = v;
+        if (v != v) any_nan = 1;
+        s += v;
+        q += (double)v * v;
+    }
+    out[0] = fmx;
+    out[1] = fmn;
+    out[2] = s;
+    out[3] = q;
+    return any_nan;
+}
+
+static PyObject *stats(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    double out[4];
+    int any_nan;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "f") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "stats() needs a C-contiguous float32 buffer");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / 4;
+    if (n >= (1 << 18)) {  /* long enough to let other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        any_nan = stats_pass((const float *)view.buf, n, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        any_nan = stats_pass((const float *)view.buf, n, out);
+    }
+    PyBuffer_Release(&view);
+    if (any_nan)
+        return Py_BuildValue("(dddd)", (double)NAN, (double)NAN, (double)NAN, (double)NAN);
+    /* rounded to float32, as torch's float32 reductions return them (a sum beyond its range is inf);
+       torch's norm is |x| for one element, and inf once the float32 sum of squares overflows */
+    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
+    return Py_BuildValue("(dddd)", out[0], out[1], (double)(float)out[2], (double)(float)norm);
+}
+
+static PyMethodDef methods[] = {
+    {"stats", stats, METH_O,
+     "stats(buffer) -> (max, min, sum, norm) of a C-contiguous float32 buffer, in one pass."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",
+                                    "One-pass max, min, sum and norm of float32 buffers.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fused_stats(void) { return PyModule_Create(&module); }
