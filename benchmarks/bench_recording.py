@@ -370,7 +370,7 @@ def _merge_runs(runs: list[dict]) -> dict:
     return r
 
 
-def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
+def summarize(results: dict, sizes, ms_note: str, kernel_note: str = "") -> tuple[str, list[str]]:
     """The printed report and the list of missed targets."""
     lines, missed = [], []
     head = (f"{'size':5} {'config':12} {'calls':>5} {'w/o ms':>7} {'with ms':>8} {'ratio':>7} {'runs':>9} "
@@ -469,7 +469,20 @@ def summarize(results: dict, sizes, ms_note: str) -> tuple[str, list[str]]:
     lines.append("")
     lines.append("'none' times the same step in both arms (A/A): its ratio is the measurement noise.")
     lines.append(f"msprobe: {ms_note}")
+    if kernel_note:
+        lines.append(f"msprobe_nb statistics: {kernel_note}")
     return "\n".join(lines), missed
+
+
+def _kernel_note() -> str:
+    """Which path computes the kit's CPU statistics here: the optional C kernel or torch's reductions."""
+    try:
+        from msprobe_nb.capture import stats
+    except ImportError as exc:
+        return f"unknown (msprobe_nb does not import: {exc})"
+    if stats._fused is not None:
+        return "one-pass C kernel (msprobe_nb.capture._fused_stats) for contiguous float32 tensors"
+    return "torch reductions only (the C kernel is not built: no C compiler at install)"
 
 
 # =============================================================================== profile
@@ -729,7 +742,8 @@ def main(argv=None) -> int:
         with open(args.from_json) as f:
             saved = json.load(f)
         sizes = [k for k in saved if not k.startswith("_") and k != "meta"]
-        report, missed = summarize(saved, sizes, saved.get("meta", {}).get("msprobe", ""))
+        meta = saved.get("meta", {})
+        report, missed = summarize(saved, sizes, meta.get("msprobe", ""), meta.get("kernel", ""))
         print(saved.get("meta", {}).get("title", ""))
         print(report)
         print()
@@ -769,6 +783,8 @@ def main(argv=None) -> int:
                    "skips 'low-risk' APIs); its baseline = same process before PrecisionDebugger, not interleaved"
                    if ms_py else f"columns skipped: {found}")
     print(f"msprobe: {ms_note}", flush=True)
+    kernel_note = _kernel_note()
+    print(f"msprobe_nb statistics: {kernel_note}", flush=True)
 
     results: dict = {}
     t_start = time.time()
@@ -808,10 +824,10 @@ def main(argv=None) -> int:
         if g:
             results["_growth"] = g
 
-    report, missed = summarize(results, sizes, ms_note)
+    report, missed = summarize(results, sizes, ms_note, kernel_note)
     title = (f"Recording overhead ({'quick' if args.quick else 'full'} run, {time.time() - t_start:.0f} s; "
              f"ratios of median CPU time per step after {warmup} warm-up steps; one torch thread)")
-    results["meta"] = {"title": title, "msprobe": ms_note}
+    results["meta"] = {"title": title, "msprobe": ms_note, "kernel": kernel_note}
     print()
     print(title)
     print(report)
