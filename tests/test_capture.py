@@ -620,18 +620,21 @@ def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
              torch.randn(6, 4, generator=g).requires_grad_(), torch.randn(64, 8, generator=g).t(),
              torch.tensor(3.0), torch.randn(5, dtype=torch.float64, generator=g),
              torch.tensor([1.0, float("nan")]), torch.nn.Parameter(torch.randn(3, 3, generator=g))]
-    s = Summarizer()
-    idx = [s.summarize(t) for t in cases]
-    staged = [i for i in idx if s._values[i] is None]
-    assert staged == [idx[3], idx[6]]  # the transpose and the tensor with a NaN wait for a torch batch
-    out, _ = s.materialize()
-    monkeypatch.setattr(stats, "_fused", None)
-    s2 = Summarizer()
-    idx2 = [s2.summarize(t) for t in cases]
-    out2, _ = s2.materialize()
-    for t, i, j in zip(cases, idx, idx2):
-        _agree(out[i].tolist(), _torch_stats(t))
-        _agree(out2[j].tolist(), out[i].tolist())
+    fused = stats._fused
+    for kinds in ({}, {"hashes": True}, {"keep_tensors": True}):  # statistics, md5 and tensor tasks
+        s = Summarizer(**kinds)
+        idx = [s.summarize(t) for t in cases]
+        staged = [i for i in idx if s._values[i] is None]
+        assert staged == [idx[3], idx[6]]  # the transpose and the tensor with a NaN wait for a torch batch
+        out, _ = s.materialize()
+        monkeypatch.setattr(stats, "_fused", None)
+        s2 = Summarizer(**kinds)
+        idx2 = [s2.summarize(t) for t in cases]
+        out2, _ = s2.materialize()
+        monkeypatch.setattr(stats, "_fused", fused)
+        for t, i, j in zip(cases, idx, idx2):
+            _agree(out[i].tolist(), _torch_stats(t))
+            _agree(out2[j].tolist(), out[i].tolist())
 
 
 def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):

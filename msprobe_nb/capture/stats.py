@@ -267,7 +267,11 @@ class Summarizer:
         d = t.detach() if t.requires_grad else t
         on_cpu = d.is_cpu
         if self.want_stats:
-            if on_cpu and d.dtype == torch.float32 and 0 < d.numel() <= STAGE_MAX_NUMEL:
+            n = d.numel()
+            got = _fused_stats(d, n) if on_cpu and d.dtype is _F32 and n else None
+            if got is not None:
+                values.append(got)
+            elif on_cpu and d.dtype is _F32 and 0 < n <= STAGE_MAX_NUMEL:
                 self._stage(d)
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
