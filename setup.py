@@ -1,8 +1,10 @@
-"""Builds msprobe_nb's one optional C extension; everything else about the package is in pyproject.toml.
+"""Builds msprobe_nb's optional C extensions; everything else about the package is in pyproject.toml.
 
-``msprobe_nb.capture._fused_stats`` computes a float32 CPU tensor's max, min, sum and norm in one pass.
-It is optional: where no C compiler is found the install goes on without it, and statistics use torch's
-reductions instead (same values, slower recording).
+* ``msprobe_nb.capture._fused_stats``: a float32 CPU tensor's max, min, sum and norm in one pass;
+* ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+).
+
+Both are optional: where no C compiler is found the install goes on without them, and the same results
+come from torch's reductions and a Python frame walk (slower recording).
 """
 import sys
 
@@ -10,5 +12,10 @@ from setuptools import Extension, setup
 
 ARGS = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
 
-setup(ext_modules=[Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"],
-                             extra_compile_args=ARGS, optional=True)])
+EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"],
+                        extra_compile_args=ARGS, optional=True)]
+if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
+    EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],
+                                extra_compile_args=ARGS, optional=True))
+
+setup(ext_modules=EXTENSIONS)

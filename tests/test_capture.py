@@ -720,10 +720,16 @@ def test_stacks_name_the_right_lines_for_calls_from_one_frame_and_from_generator
     assert n1[1] == n0[1] + 1  # resumed from the next line of the test
 
 
-def test_stacks_of_sibling_nested_and_deep_calls(tmp_path):
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_stacks_of_sibling_nested_and_deep_calls(tmp_path, monkeypatch, walk):
     """Every call gets its own exact stack (Recorder.stack_id's shortcuts must not blur them): calls from
-    sibling frames, a frame called again from another line, and stacks deeper than MAX_STACK_DEPTH."""
+    sibling frames, a frame called again from another line, and stacks deeper than MAX_STACK_DEPTH; with the
+    C stack key where it is built, and with the Python walk."""
     from msprobe_nb.capture import recorder
+    if walk == "python":
+        monkeypatch.setattr(recorder, "_stack_key", None)
+    elif recorder._stack_key is None:
+        pytest.skip("msprobe_nb.capture._stack_keys is not built (no C compiler at install, or Python < 3.11)")
     lines = {}
     here = sys._getframe
 
@@ -762,6 +768,34 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path):
     deep_lines = user_lines("Torch.cos.0.forward")
     assert len(deep_lines) == recorder.MAX_STACK_DEPTH and len(set(deep_lines)) == 1  # the one line of deep()
     assert rows.loc["Torch.cos.0.forward", "stack_id"] == rows.loc["Torch.cos.1.forward", "stack_id"]
+
+
+def test_the_c_stack_key_equals_the_python_walk():
+    """The optional C walk (setup.py) must build exactly the key of the Python walk: for a shallow stack, one
+    deeper than MAX_STACK_DEPTH (cut there), a generator frame and a short depth."""
+    from msprobe_nb.capture import recorder
+    if recorder._stack_key is None:
+        pytest.skip("msprobe_nb.capture._stack_keys is not built (no C compiler at install, or Python < 3.11)")
+    seen = []
+
+    def probe():
+        f = sys._getframe(1)  # a caller suspended at its call, as recorded calls' frames are
+        seen.append((recorder._stack_key(f, recorder.MAX_STACK_DEPTH), recorder._walk_key(f),
+                     recorder._stack_key(f, 2)))
+
+    def deep(n):
+        return deep(n - 1) if n else probe()
+
+    def gen():
+        yield probe()
+
+    probe()
+    deep(recorder.MAX_STACK_DEPTH + 10)
+    next(gen())
+    assert len(seen) == 3
+    for c_key, py_key, short in seen:
+        assert c_key == py_key and short == py_key[:4]
+    assert len(seen[1][0]) == 2 * recorder.MAX_STACK_DEPTH
 
 
 def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):

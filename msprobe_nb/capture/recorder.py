@@ -35,6 +35,26 @@ MAX_STACK_DEPTH = 64
 #: generator and coroutine frames: suspended and resumed under other callers, so their ancestors change
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
+try:  # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, ~4x faster
+    from msprobe_nb.capture._stack_keys import stack_key as _stack_key
+except ImportError:
+    _stack_key = None
+
+
+def _walk_key(frame) -> tuple[int, ...]:
+    """(f_lasti, id(f_code)) of ``frame`` and its callers, MAX_STACK_DEPTH frames at most: a stack's key.
+    The instruction is cheaper to read than f_lineno; it is turned into a line once, for a new key."""
+    key = []
+    app = key.append
+    f = frame
+    depth = MAX_STACK_DEPTH
+    while f is not None and depth:
+        app(f.f_lasti)
+        app(id(f.f_code))
+        f = f.f_back
+        depth -= 1
+    return tuple(key)
+
 # Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
 # own fields are stored once per call), stats and hashes are looked up by index at flush time.
 ROW_FIELDS = (
@@ -228,16 +248,7 @@ class Recorder:
         else:
             self._last_frame = frame
             self._last_frame_sids = {}
-        key = []
-        app = key.append
-        f = frame
-        depth = MAX_STACK_DEPTH
-        while f is not None and depth:
-            app(f.f_lasti)  # the instruction: cheaper than f_lineno, turned into a line once, below
-            app(id(f.f_code))
-            f = f.f_back
-            depth -= 1
-        key = tuple(key)
+        key = _stack_key(frame, MAX_STACK_DEPTH) if _stack_key is not None else _walk_key(frame)
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = self._new_stack(frame)
