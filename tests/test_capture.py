@@ -515,7 +515,7 @@ def test_batched_statistics_agree_with_one_tensor_at_a_time(monkeypatch):
     those of _cpu_stats, a later in-place change must not leak in, and a full buffer must reduce mid-step."""
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
-    monkeypatch.setattr(stats, "_fused", None)  # the torch path, as without the C kernel
+    monkeypatch.setattr(stats, "_fused_at", None)  # the torch path, as without the C kernel
     g = torch.Generator().manual_seed(0)
     cases = [torch.randn(8, 16, 64, generator=g) * 100, torch.randn(3, generator=g), torch.tensor(-2.5),
              torch.randn(64, 8, generator=g).t(),  # not contiguous
@@ -597,6 +597,7 @@ def test_the_c_kernel_gives_torchs_statistics(n):
         _agree(stats._cpu_stats(t), _torch_stats(t))
         mx, mn, s, norm = stats._fused(t.numpy())
         assert (mx, mn) == (t.amax().item(), t.amin().item())
+        assert stats._fused_at(t.data_ptr(), n) == (mx, mn, s, norm)  # the recorder's path: same numbers
     for pos in {0, n // 2, n - 1}:
         for bad in (float("nan"), float("inf"), -float("inf")):
             t = torch.randn(n, generator=g)
@@ -609,8 +610,8 @@ def test_the_c_kernel_gives_torchs_statistics(n):
 
 def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
     """Contiguous float32 CPU tensors of any size go through the kernel at once (nothing is staged);
-    transposes, conjugate views and other dtypes take torch's path; without the kernel the values are
-    the same."""
+    transposes, negative views, tensors with NaN and other dtypes take torch's path; without the kernel the
+    values are the same."""
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer
     if stats._fused is None:
@@ -619,19 +620,22 @@ def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
     cases = [torch.randn(8, 16, 64, generator=g), torch.randn(40_000, generator=g),
              torch.randn(6, 4, generator=g).requires_grad_(), torch.randn(64, 8, generator=g).t(),
              torch.tensor(3.0), torch.randn(5, dtype=torch.float64, generator=g),
-             torch.tensor([1.0, float("nan")]), torch.nn.Parameter(torch.randn(3, 3, generator=g))]
-    fused = stats._fused
+             torch.tensor([1.0, float("nan")]), torch.nn.Parameter(torch.randn(3, 3, generator=g)),
+             torch._neg_view(torch.randn(5, generator=g))]  # same memory as its base, read negated
+    fused = stats._fused_at
     for kinds in ({}, {"hashes": True}, {"keep_tensors": True}):  # statistics, md5 and tensor tasks
         s = Summarizer(**kinds)
         idx = [s.summarize(t) for t in cases]
         staged = [i for i in idx if s._values[i] is None]
-        assert staged == [idx[3], idx[6]]  # the transpose and the tensor with a NaN wait for a torch batch
+        # the transpose and the tensor with a NaN wait for a torch batch (the negative view, which has no
+        # numpy view, gets torch's reductions at once)
+        assert staged == [idx[3], idx[6]]
         out, _ = s.materialize()
-        monkeypatch.setattr(stats, "_fused", None)
+        monkeypatch.setattr(stats, "_fused_at", None)
         s2 = Summarizer(**kinds)
         idx2 = [s2.summarize(t) for t in cases]
         out2, _ = s2.materialize()
-        monkeypatch.setattr(stats, "_fused", fused)
+        monkeypatch.setattr(stats, "_fused_at", fused)
         for t, i, j in zip(cases, idx, idx2):
             _agree(out[i].tolist(), _torch_stats(t))
             _agree(out2[j].tolist(), out[i].tolist())
@@ -640,7 +644,7 @@ def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
 def test_sizes_beyond_the_staging_budget_are_summarised_directly(monkeypatch):
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats
-    monkeypatch.setattr(stats, "_fused", None)  # the torch path, as without the C kernel
+    monkeypatch.setattr(stats, "_fused_at", None)  # the torch path, as without the C kernel
     monkeypatch.setattr(stats, "STAGE_FIRST_BYTES", 2 * 4 * 1024)  # buffers of two rows of 1024 elements
     monkeypatch.setattr(stats, "STAGE_BUDGET", 2 * 4 * 1024)  # room for one such buffer, which cannot grow
     s = Summarizer()

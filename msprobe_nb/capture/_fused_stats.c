@@ -89,11 +89,33 @@ MULTIVERSION static int stats_pass(const float *x, Py_ssize_t n, double out[4])
     return any_nan;
 }
 
+/* float32 rounding and torch's conventions: a sum beyond float32's range is inf; torch's norm is |x| for one
+   element, and inf once the float32 sum of squares overflows; a NaN anywhere makes all four NaN */
+static PyObject *result(const double out[4], int any_nan, Py_ssize_t n)
+{
+    if (any_nan)
+        return Py_BuildValue("(dddd)", (double)NAN, (double)NAN, (double)NAN, (double)NAN);
+    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
+    return Py_BuildValue("(dddd)", out[0], out[1], (double)(float)out[2], (double)(float)norm);
+}
+
+static int run(const float *x, Py_ssize_t n, double out[4])
+{
+    int any_nan;
+    if (n >= (1 << 18)) {  /* long enough to let other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        any_nan = stats_pass(x, n, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        any_nan = stats_pass(x, n, out);
+    }
+    return any_nan;
+}
+
 static PyObject *stats(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
     double out[4];
-    int any_nan;
     (void)self;
     if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
@@ -103,25 +125,35 @@ static PyObject *stats(PyObject *self, PyObject *arg)
         return NULL;
     }
     Py_ssize_t n = view.len / 4;
-    if (n >= (1 << 18)) {  /* long enough to let other threads run meanwhile */
-        Py_BEGIN_ALLOW_THREADS
-        any_nan = stats_pass((const float *)view.buf, n, out);
-        Py_END_ALLOW_THREADS
-    } else {
-        any_nan = stats_pass((const float *)view.buf, n, out);
-    }
+    int any_nan = run((const float *)view.buf, n, out);
     PyBuffer_Release(&view);
-    if (any_nan)
-        return Py_BuildValue("(dddd)", (double)NAN, (double)NAN, (double)NAN, (double)NAN);
-    /* rounded to float32, as torch's float32 reductions return them (a sum beyond its range is inf);
-       torch's norm is |x| for one element, and inf once the float32 sum of squares overflows */
-    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
-    return Py_BuildValue("(dddd)", out[0], out[1], (double)(float)out[2], (double)(float)norm);
+    return result(out, any_nan, n);
+}
+
+/* The recorder's path: the address of a contiguous float32 CPU tensor's first element (tensor.data_ptr())
+   and its element count, which the caller guarantees (msprobe_nb/capture/stats.py checks dtype, device,
+   contiguity and the negative bit, and holds the tensor meanwhile). No numpy view is made: ~0.5 µs less
+   per tensor than stats(). */
+static PyObject *stats_at(PyObject *self, PyObject *args)
+{
+    Py_ssize_t address, n;
+    double out[4];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nn", &address, &n))
+        return NULL;
+    if (address == 0 || n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "stats_at() needs an address and a positive count");
+        return NULL;
+    }
+    int any_nan = run((const float *)address, n, out);
+    return result(out, any_nan, n);
 }
 
 static PyMethodDef methods[] = {
     {"stats", stats, METH_O,
      "stats(buffer) -> (max, min, sum, norm) of a C-contiguous float32 buffer, in one pass."},
+    {"stats_at", stats_at, METH_VARARGS,
+     "stats_at(address, n) -> stats() of the n float32 values at address (a tensor's data_ptr())."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",

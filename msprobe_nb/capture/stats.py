@@ -20,8 +20,9 @@ import torch
 
 try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
     from msprobe_nb.capture._fused_stats import stats as _fused
+    from msprobe_nb.capture._fused_stats import stats_at as _fused_at
 except ImportError:  # built without a compiler: torch's reductions give the same statistics
-    _fused = None
+    _fused = _fused_at = None
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -49,14 +50,12 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     """Statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where it
-    does not apply: no kernel, not C-contiguous (a transpose), a conjugate/negative view, or a NaN or inf
-    in it (torch's path then also counts them)."""
-    if _fused is None:
+    does not apply: no kernel, not contiguous (a transpose), a negative view, or a NaN or inf in it (torch's
+    path then also counts them). The kernel reads the tensor's memory at ``data_ptr()``, so every condition
+    that makes that address hold ``n`` plain float32 values is checked here."""
+    if _fused_at is None or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.is_neg():
         return None
-    try:
-        mx, mn, s, norm = _fused(t.numpy(force=True) if t.requires_grad else t.numpy())
-    except (TypeError, ValueError, BufferError, RuntimeError):
-        return None
+    mx, mn, s, norm = _fused_at(t.data_ptr(), n)
     if not (math.isfinite(mx) and math.isfinite(mn)):
         return None
     return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
@@ -211,7 +210,8 @@ class _Batches:
 
 
 def _crc32(t: torch.Tensor) -> str:
-    flat = t.detach().contiguous().reshape(-1)
+    # negative and conjugate views are materialized first: the hash is of the values, not of the memory
+    flat = t.detach().resolve_neg().resolve_conj().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
     raw = flat.view(torch.uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)
