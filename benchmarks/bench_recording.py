@@ -470,19 +470,21 @@ def summarize(results: dict, sizes, ms_note: str, kernel_note: str = "") -> tupl
     lines.append("'none' times the same step in both arms (A/A): its ratio is the measurement noise.")
     lines.append(f"msprobe: {ms_note}")
     if kernel_note:
-        lines.append(f"msprobe_nb statistics: {kernel_note}")
+        lines.append(f"msprobe_nb: {kernel_note}")
     return "\n".join(lines), missed
 
 
 def _kernel_note() -> str:
-    """Which path computes the kit's CPU statistics here: the optional C kernel or torch's reductions."""
+    """Which paths compute the kit's CPU statistics and stack keys here: the optional C extensions or their
+    pure torch / Python fallbacks."""
     try:
-        from msprobe_nb.capture import stats
+        from msprobe_nb.capture import recorder, stats
     except ImportError as exc:
         return f"unknown (msprobe_nb does not import: {exc})"
-    if stats._fused is not None:
-        return "one-pass C kernel (msprobe_nb.capture._fused_stats) for contiguous float32 tensors"
-    return "torch reductions only (the C kernel is not built: no C compiler at install)"
+    parts = ["statistics: " + ("one-pass C kernel for contiguous float32 tensors" if stats._fused_at is not None
+                               else "torch reductions (the C kernel is not built: no C compiler at install?)"),
+             "stack keys: " + ("C walk" if recorder._stack_key is not None else "Python walk")]
+    return "; ".join(parts)
 
 
 # =============================================================================== profile
@@ -784,7 +786,7 @@ def main(argv=None) -> int:
                    if ms_py else f"columns skipped: {found}")
     print(f"msprobe: {ms_note}", flush=True)
     kernel_note = _kernel_note()
-    print(f"msprobe_nb statistics: {kernel_note}", flush=True)
+    print(f"msprobe_nb: {kernel_note}", flush=True)
 
     results: dict = {}
     t_start = time.time()
