@@ -19,10 +19,9 @@ import numpy as np
 import torch
 
 try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
-    from msprobe_nb.capture._fused_stats import stats as _fused
     from msprobe_nb.capture._fused_stats import stats_at as _fused_at
 except ImportError:  # built without a compiler: torch's reductions give the same statistics
-    _fused = _fused_at = None
+    _fused_at = None
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
