@@ -63,10 +63,6 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
 def _cpu_stats(t: torch.Tensor) -> tuple[float, ...]:
     if t.numel() == 0:
         return _EMPTY
-    if t.dtype is _F32:
-        got = _fused_stats(t, t.numel())
-        if got is not None:
-            return got
     if t.dtype == torch.bool:
         n_true = int(t.sum())
         n = t.numel()
@@ -253,13 +249,8 @@ class Summarizer:
                 and t.layout is _STRIDED:
             n = t.numel()
             if n:
-                got = _fused_stats(t, n)
-                if got is not None:
-                    values.append(got)
-                    return len(values) - 1
-                if n <= STAGE_MAX_NUMEL:
-                    self._stage(t)
-                    return len(values) - 1
+                self._float32(t, n)
+                return len(values) - 1
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
@@ -267,11 +258,8 @@ class Summarizer:
         on_cpu = d.is_cpu
         if self.want_stats:
             n = d.numel()
-            got = _fused_stats(d, n) if on_cpu and d.dtype is _F32 and n else None
-            if got is not None:
-                values.append(got)
-            elif on_cpu and d.dtype is _F32 and 0 < n <= STAGE_MAX_NUMEL:
-                self._stage(d)
+            if on_cpu and d.dtype is _F32 and n:
+                self._float32(d, n)
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
@@ -282,6 +270,17 @@ class Summarizer:
             self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
                                 else d.to("cpu", non_blocking=True))
         return len(values) - 1
+
+    def _float32(self, t: torch.Tensor, n: int) -> None:
+        """Append the statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements): from the C kernel,
+        else staged in a batch (small tensors), else from torch's reductions."""
+        got = _fused_stats(t, n)
+        if got is not None:
+            self._values.append(got)
+        elif n <= STAGE_MAX_NUMEL:
+            self._stage(t)
+        else:
+            self._values.append(_cpu_stats(t.detach()))
 
     def _stage(self, d: torch.Tensor) -> None:
         """Append the statistics of the small float32 CPU tensor ``d``: staged in its batch (filled when the
