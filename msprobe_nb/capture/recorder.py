@@ -24,7 +24,7 @@ import torch
 
 from msprobe_nb.capture.leaves import describe_value, leaves, walk
 from msprobe_nb.capture.naming import module_call_name
-from msprobe_nb.capture.stats import Summarizer
+from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,7 +62,6 @@ ROW_FIELDS = (
     "_stat", "value_type", "value", "tensor_id", "producer",
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
-NAN = float("nan")  # numel, requires_grad and tensor_id of rows that are not tensors
 
 #: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
 #: output reuses the input's statistics instead of reducing the same values again, and in backward the
@@ -367,8 +366,7 @@ class Recorder:
                              NAN, ""))
 
     def _device_code(self, t: torch.Tensor) -> int:
-        if t.is_cpu:
-            return DEVICE_CPU
+        """Code of a non-CPU tensor's device (add_rows gives CPU tensors DEVICE_CPU itself)."""
         try:
             name = str(t.device)
         except RuntimeError:
