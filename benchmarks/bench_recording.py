@@ -357,13 +357,20 @@ def _ratio(r: dict) -> float:
     return _med(r["with_ms"]) / _med(r["base_ms"])
 
 
+def _wall_ratio(r: dict) -> float:
+    """The same in wall-clock time."""
+    if r.get("wall_ratios"):
+        return _med(r["wall_ratios"])
+    return _med(r["with_wall_ms"]) / _med(r["base_wall_ms"])
+
+
 def _merge_runs(runs: list[dict]) -> dict:
     """One configuration measured in several processes: each process's ratio is kept (their median is
     reported, with their range), the step times are pooled, and the peak RSS is the median peak."""
     r = dict(runs[0])
     if len(runs) > 1:
         r["ratios"] = [_ratio(x) for x in runs]
-        r["wall_ratios"] = [_med(x["with_wall_ms"]) / _med(x["base_wall_ms"]) for x in runs]
+        r["wall_ratios"] = [_wall_ratio(x) for x in runs]
         for key in ("base_ms", "with_ms", "base_wall_ms", "with_wall_ms"):
             r[key] = [v for x in runs for v in x[key]]
         r["peak_rss_kib"] = _med([x["peak_rss_kib"] for x in runs])
@@ -390,7 +397,7 @@ def summarize(results: dict, sizes, ms_note: str, kernel_note: str = "") -> tupl
                 # cross-process: an import cannot be undone, so compare with the "none" processes
                 b, w = _med(res["_none_meds"]), _med(res["_imported_meds"])
             ratio = _ratio(r) if name != "imported" else w / b
-            wall = _med(r["wall_ratios"]) if r.get("wall_ratios") else _med(r["with_wall_ms"]) / _med(r["base_wall_ms"])
+            wall = _wall_ratio(r)
             spread = f"{min(r['ratios']):.2f}-{max(r['ratios']):.2f}" if r.get("ratios") else ""
             if name == "imported" and res.get("_none_walls"):
                 wall = _med(res["_imported_walls"]) / _med(res["_none_walls"])
@@ -746,7 +753,7 @@ def main(argv=None) -> int:
         sizes = [k for k in saved if not k.startswith("_") and k != "meta"]
         meta = saved.get("meta", {})
         report, missed = summarize(saved, sizes, meta.get("msprobe", ""), meta.get("kernel", ""))
-        print(saved.get("meta", {}).get("title", ""))
+        print(meta.get("title", ""))
         print(report)
         print()
         print("Targets missed:\n" + "\n".join("  - " + m for m in missed) if missed else "All targets met.")
