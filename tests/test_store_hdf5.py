@@ -214,7 +214,8 @@ def test_side_tables_meta_and_construct(tmp_path):
     assert parts.meta["ranks"] == [0] and parts.meta["steps"] == [0, 1]
     with h5py.File(tmp_path / "d" / "rank0.h5", "r") as f:
         assert f["stacks/id"].shape[0] == 0  # two stacks: not a whole chunk yet, so in the tail, once
-        assert json.loads(f["tail/stacks/int32"].attrs["columns"]) == ["stacks/id"]
+        assert json.loads(f["tail/stacks"].attrs["columns"]) == [["stacks/id", "<i4"], ["stacks/ends", "<i8"]]
+        assert f["tail/stacks"].shape == (2, 1024, 12)  # one packed 12-byte record per row
         assert json.loads(f.attrs["meta"])["level"] == "L1"
 
 
@@ -517,20 +518,54 @@ def test_relative_non_ascii_path(tmp_path, monkeypatch):
     assert os.path.exists("runs/npu 运行/rank0.h5")
 
 
+def _tail_columns(f: h5py.File, group: str) -> dict[str, np.ndarray]:
+    """A layout-3 tail as {column: (2, chunk) array}, to rewrite it the way older layouts stored it."""
+    tail = f[f"tail/{group}"]
+    record = np.dtype([(p, t) for p, t in json.loads(tail.attrs["columns"])])
+    recs = np.ascontiguousarray(tail[()]).view(record)[..., 0]  # (2, chunk)
+    del f[f"tail/{group}"]
+    return {p: recs[p].astype(record[p].newbyteorder("=")) for p in record.names}
+
+
+def test_layout_2_files_with_one_tail_per_dtype_still_read(tmp_path):
+    """Dumps written with one tail per dtype of a group (layout 2: /tail/<group>/<dtype>, shape
+    (2, columns, chunk)) stay readable."""
+    df = _table()
+    path = _write(tmp_path / "d", df) / "rank0.h5"
+    with h5py.File(path, "r+") as f:
+        for g in GROUPS:
+            by_dtype: dict[str, list[str]] = {}
+            cols = _tail_columns(f, g)
+            for p, a in cols.items():
+                by_dtype.setdefault(str(a.dtype), []).append(p)
+            for dtype, paths in by_dtype.items():
+                ds = f.create_dataset(f"tail/{g}/{dtype}", data=np.stack([cols[p] for p in paths], axis=1))
+                ds.attrs["columns"] = json.dumps(paths)
+        f.attrs["layout_version"] = 2
+    pd.testing.assert_frame_equal(read_hdf5(path.parent).calls, df)
+
+
 def test_layout_1_files_with_one_tail_per_column_still_read(tmp_path):
-    """Dumps written before the per-dtype tails (layout 1: /tail/<column>, shape (2, chunk)) stay readable."""
+    """Dumps written before tails were shared (layout 1: /tail/<column>, shape (2, chunk)) stay readable."""
     df = _table()
     path = _write(tmp_path / "d", df) / "rank0.h5"
     with h5py.File(path, "r+") as f:  # rewrite the tails as layout 1 had them
         for g in GROUPS:
-            for dtype in list(f[f"tail/{g}"]):
-                tail = f[f"tail/{g}/{dtype}"]
-                block, cols = tail[()], json.loads(tail.attrs["columns"])
-                for j, col in enumerate(cols):
-                    f.create_dataset(f"tail/{col}", data=block[:, j, :])
-                del f[f"tail/{g}/{dtype}"]
+            for p, a in _tail_columns(f, g).items():
+                f.create_dataset(f"tail/{p}", data=a)
         f.attrs["layout_version"] = 1
     pd.testing.assert_frame_equal(read_hdf5(path.parent).calls, df)
+
+
+def test_a_tail_record_layout_naming_a_non_numeric_type_is_refused(tmp_path):
+    """The tail's record layout comes from the file; raw bytes must never be viewed as Python objects."""
+    path = _small_dump(tmp_path / "d")
+    with h5py.File(path, "r+") as f:
+        cols = json.loads(f["tail/calls"].attrs["columns"])
+        cols[0][1] = "|O"
+        f["tail/calls"].attrs["columns"] = json.dumps(cols)
+    with pytest.raises(DumpFormatError, match="non-numeric"):
+        read_hdf5(path)
 
 
 def test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused(tmp_path):

@@ -149,10 +149,10 @@ def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:
             f"expected {FORMAT_NAME!r})"
         )
     for key, want in (("schema_version", SCHEMA_VERSION), ("layout_version", LAYOUT_VERSION)):
-        if attrs.get(key) != want and not (key == "layout_version" and attrs.get(key) == 1):  # 1: read too
+        if attrs.get(key) != want and not (key == "layout_version" and attrs.get(key) in (1, 2)):  # older: read too
             raise DumpFormatError(
                 f"{str(path)!r}: {key} {attrs.get(key)!r} is not supported (this msprobe_nb reads {key} "
-                f"{'1 or ' if key == 'layout_version' else ''}{want})"
+                f"{'1, 2 or ' if key == 'layout_version' else ''}{want})"
             )
     return attrs
 
@@ -213,31 +213,72 @@ def _dataset(f: h5py.File, path: str) -> h5py.Dataset:
 _COLUMN_GROUP = {path: (g, dtype) for g, (_, cols) in GROUPS.items() for path, dtype in cols.items()}
 
 
-def _tail(f: h5py.File, path: str) -> tuple[h5py.Dataset, int | None]:
-    """The tail holding ``path``'s unfinished chunk, and its column there (None: a layout-1 tail of its own)."""
-    if f.attrs.get("layout_version") == 1:
-        tail = _dataset(f, f"tail/{path}")
-        if tail.ndim != 2 or tail.shape[0] != 2:
-            raise ValueError(f"dataset tail/{path} has an unexpected shape {tail.shape}")
-        return tail, None
-    group, dtype = _COLUMN_GROUP[path]
-    tail = _dataset(f, f"tail/{group}/{dtype}")
-    try:
-        j = json.loads(tail.attrs["columns"]).index(path)
-    except (KeyError, ValueError, TypeError):
-        raise ValueError(f"dataset tail/{group}/{dtype} does not list the column {path}") from None
-    if tail.ndim != 3 or tail.shape[0] != 2 or j >= tail.shape[1]:
-        raise ValueError(f"dataset tail/{group}/{dtype} has an unexpected shape {tail.shape}")
-    return tail, j
+class _Tails:
+    """The committed tail rows of one file, read once per (tail, slot) and shared by the columns in it.
+
+    Layout 3 keeps one tail per group (``/tail/<group>``: bytes (2, chunk, record size), a row per record);
+    layout 2 one per dtype of a group (``/tail/<group>/<dtype>``: (2, columns, chunk)); layout 1 one per
+    column (``/tail/<path>``: (2, chunk)).
+    """
+
+    def __init__(self, f: h5py.File) -> None:
+        self.f = f
+        self.layout = f.attrs.get("layout_version")
+        self._slots: dict[tuple[str, int], Any] = {}
+
+    def chunk(self, path: str) -> int:
+        """Rows per chunk of ``path``'s group, from its tail."""
+        tail, _ = self._locate(path)
+        return tail.shape[1] if self.layout == LAYOUT_VERSION else tail.shape[-1]
+
+    def rows(self, path: str, slot: int, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo:hi`` of ``path`` in tail slot ``slot``."""
+        tail, where = self._locate(path)
+        if self.layout == LAYOUT_VERSION:
+            key = (tail.name, slot)
+            if key not in self._slots or len(self._slots[key]) < hi:
+                raw = np.ascontiguousarray(tail[slot, :hi])
+                self._slots[key] = raw.view(where[1]).reshape(-1)
+            return self._slots[key][where[0]][lo:hi].copy()
+        return tail[slot, lo:hi] if where is None else tail[slot, where, lo:hi]
+
+    def _locate(self, path: str) -> tuple[h5py.Dataset, Any]:
+        if self.layout == 1:
+            tail = _dataset(self.f, f"tail/{path}")
+            if tail.ndim != 2 or tail.shape[0] != 2:
+                raise ValueError(f"dataset tail/{path} has an unexpected shape {tail.shape}")
+            return tail, None
+        group, dtype = _COLUMN_GROUP[path]
+        if self.layout == 2:
+            tail = _dataset(self.f, f"tail/{group}/{dtype}")
+            try:
+                j = json.loads(tail.attrs["columns"]).index(path)
+            except (KeyError, ValueError, TypeError):
+                raise ValueError(f"dataset tail/{group}/{dtype} does not list the column {path}") from None
+            if tail.ndim != 3 or tail.shape[0] != 2 or j >= tail.shape[1]:
+                raise ValueError(f"dataset tail/{group}/{dtype} has an unexpected shape {tail.shape}")
+            return tail, j
+        tail = _dataset(self.f, f"tail/{group}")
+        try:
+            record = np.dtype([(str(p), str(t)) for p, t in json.loads(tail.attrs["columns"])])
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"dataset tail/{group}: its columns attribute is not a record layout ({e})") from None
+        if any(record[p].kind not in "iufb" for p in record.names):  # raw bytes only ever become numbers
+            raise ValueError(f"dataset tail/{group}: its columns attribute names a non-numeric type")
+        if path not in record.names:
+            raise ValueError(f"dataset tail/{group} does not list the column {path}")
+        if tail.ndim != 3 or tail.shape[0] != 2 or tail.shape[2] != record.itemsize:
+            raise ValueError(f"dataset tail/{group} has shape {tail.shape}, expected (2, chunk, {record.itemsize})")
+        return tail, (path, record)
 
 
-def _read_rows(f: h5py.File, path: str, length: int, slot: int, ranges: list[tuple[int, int]]) -> np.ndarray:
+def _read_rows(f: h5py.File, tails: _Tails, path: str, length: int, slot: int,
+               ranges: list[tuple[int, int]]) -> np.ndarray:
     """Rows ``ranges`` of one group column: whole chunks from ``/path``, the rest from its tail."""
     main = _dataset(f, path)
-    tail, j = _tail(f, path)
     if main.ndim != 1:
         raise ValueError(f"dataset {path} has an unexpected shape {main.shape}")
-    chunk = tail.shape[-1]
+    chunk = tails.chunk(path)
     m = length // chunk * chunk
     if main.shape[0] < m:
         raise ValueError(f"dataset {path} has {main.shape[0]} entries but the commit index says {m}")
@@ -246,8 +287,7 @@ def _read_rows(f: h5py.File, path: str, length: int, slot: int, ranges: list[tup
         if a < m:
             parts.append(main[a:min(b, m)])
         if b > m:
-            lo, hi = max(a, m) - m, b - m
-            parts.append(tail[slot, lo:hi] if j is None else tail[slot, j, lo:hi])
+            parts.append(tails.rows(path, slot, max(a, m) - m, b - m))
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, main.dtype)
@@ -296,11 +336,12 @@ class _File:
         self.steps = sorted(set(commit_steps[keep].tolist()))
         self.n = len(self.step)
         ncalls, slot = end["calls"], end["calls_slot"]
-        self.cols = {c: _read_rows(f, f"calls/{c}", ncalls, slot, ranges) for c in STORED_COLUMNS}
+        tails = _Tails(f)
+        self.cols = {c: _read_rows(f, tails, f"calls/{c}", ncalls, slot, ranges) for c in STORED_COLUMNS}
 
         def whole(path: str) -> np.ndarray:
             g = group_of[path]
-            return _read_rows(f, path, end[g], end[f"{g}_slot"], [(0, end[g])])
+            return _read_rows(f, tails, path, end[g], end[f"{g}_slot"], [(0, end[g])])
 
         self.vocab = _decode_strings(whole("strings/bytes"), whole("strings/ends"))
         dims = whole("shapes/dims")
