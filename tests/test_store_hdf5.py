@@ -579,3 +579,23 @@ def test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused(tmp
     calls = read_hdf5(tmp_path / "d").calls
     assert calls["call"].tolist() == ["b.0.forward", "a.0.forward", "b.0.forward"]
     assert calls["counter"].tolist() == [7, 7, 9] and calls["step"].tolist() == [0, 0, 0]
+
+
+def test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_steps(tmp_path):
+    """The writer remembers the last committed step's conversions; a step that fails leaves none behind,
+    even where its strings were looked up after being interned by that same step."""
+    m_names = tuple(f"m{i}" for i in range(5))
+    names = tuple(f"n{i}" for i in range(5))
+    with DumpWriter(tmp_path / "d") as w:
+        for step in (0, 1):
+            w.write_step(step, {"name": names, "shape": ((1, 2),) * 5, "call_index": list(range(5))})
+        assert w._memo["name"][0] is names and w._memo["call_index"][1].tolist() == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="int32"):  # fails after 'producer' recalled m-names' new ids
+            w.write_step(2, {"name": m_names, "producer": m_names}, {2 ** 40: ["f.py:1"]})
+        # new strings take the ids the failed step had given m0..m4; 'producer' must not reuse them
+        w.write_step(3, {"name": tuple(f"z{i}" for i in range(5)), "producer": m_names, "shape": [(1, 2)] * 5})
+    c = read_hdf5(tmp_path / "d").calls
+    assert c["step"].tolist() == [0] * 5 + [1] * 5 + [3] * 5
+    assert c["name"].tolist() == list(names) * 2 + [f"z{i}" for i in range(5)]
+    assert c["producer"].tolist() == [""] * 10 + list(m_names)
+    assert c["shape"].tolist() == [(1, 2)] * 15 and c["call_index"].tolist() == [0, 1, 2, 3, 4] * 2 + [0] * 5

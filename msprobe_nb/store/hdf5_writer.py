@@ -77,6 +77,8 @@ INDEX_FIELDS = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
 TENSOR_CHUNK_BYTES = 1 << 20  # bytes per chunk of a tensor buffer; each step starts a fresh chunk
 #: Rows per chunk of ``/index/steps``; its extent grows a whole chunk at a time (fill rows are not commits).
 INDEX_BLOCK = 256
+#: Longest column whose conversion is remembered for the next step (``DumpWriter._recall``).
+MEMO_ROWS = 4096
 
 
 def _tool_version() -> str:
@@ -378,6 +380,9 @@ class DumpWriter:
         self._stack_ids: set[int] = set()
         self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
         self._index_rows = 0  # extent of /index/steps: committed rows plus fill rows of the last chunk
+        # column -> (values, ids) of the last committed step, and this step's, committed with it
+        self._memo: dict[str, tuple[Any, np.ndarray]] = {}
+        self._memo_new: dict[str, tuple[Any, np.ndarray]] = {}
         self.steps_written = 0
 
     # -- interning -------------------------------------------------------------------------
@@ -411,26 +416,51 @@ class DumpWriter:
         del self._new_shapes[:]
 
     # -- column conversion -----------------------------------------------------------------
+    def _recall(self, key: str, values: Any) -> np.ndarray | None:
+        """The ids the last committed step's ``key`` column converted to, if ``values`` equals what it held.
+
+        A training loop hands over the same names, arguments, shapes and call fields step after step;
+        comparing two tuples of strings costs about a third of looking every string up again."""
+        memo = self._memo.get(key)
+        if memo is not None and type(values) is type(memo[0]) and memo[0] == values:
+            self._memo_new[key] = memo
+            return memo[1]
+        return None
+
+    def _remember(self, key: str, values: Any, ids: np.ndarray) -> np.ndarray:
+        """Keep a conversion where every value was a known string or shape (so equal values mean equal
+        ids), for columns short enough that holding them until the next step costs little memory."""
+        if type(values) in (tuple, list) and len(values) <= MEMO_ROWS:
+            ids.flags.writeable = False
+            self._memo_new[key] = (values, ids)
+        return ids
+
     def _string_ids(self, col: str, values: Any) -> np.ndarray:
+        got = self._recall(col, values)
+        if got is not None:
+            return got
         vals = _as_list(values)
         ids = list(map(self._strings.get, vals))  # known strings without a Python-level loop
         try:  # all known: no scan for None first (a scan costs as much as the conversion)
-            return np.asarray(ids, dtype=np.int32)
+            return self._remember(col, values, np.asarray(ids, dtype=np.int32))
         except TypeError:  # new strings, or missing values (stored as "")
             pass
-        for i, (v, k) in enumerate(zip(vals, ids)):
-            if k is None:
-                ids[i] = 0 if _is_missing(v) else self._intern(v if type(v) is str else str(v))
+        for i in [i for i, k in enumerate(ids) if k is None]:
+            v = vals[i]
+            ids[i] = 0 if _is_missing(v) else self._intern(v if type(v) is str else str(v))
         return np.asarray(ids, dtype=np.int32)
 
     def _shape_column(self, values: Any) -> np.ndarray:
+        got = self._recall("shape", values)
+        if got is not None:
+            return got
         vals = _as_list(values)
         try:  # known shapes without a Python-level loop
             ids = list(map(self._shape_ids.get, vals))
         except TypeError:  # unhashable entries (lists): all through the loop below
             ids = [None] * len(vals)
         try:  # all known: no scan for None first
-            return np.asarray(ids, dtype=np.int32)
+            return self._remember("shape", values, np.asarray(ids, dtype=np.int32))
         except TypeError:
             pass
         for i, (s, k) in enumerate(zip(vals, ids)):
@@ -459,6 +489,9 @@ class DumpWriter:
             if dtype == "object":
                 return self._shape_column(values)
             if dtype in ("int32", "int64"):
+                got = self._recall(col, values)
+                if got is not None:
+                    return got
                 arr = np.asarray(values)
                 if arr.dtype.kind not in "iub":
                     if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
@@ -471,7 +504,7 @@ class DumpWriter:
                 info = np.iinfo(dtype)
                 if arr.size and (arr.min() < info.min or arr.max() > info.max):
                     raise ValueError(f"values out of {dtype} range")
-                return arr.astype(dtype, copy=False)
+                return self._remember(col, values, arr.astype(dtype, copy=False))
             if dtype == "float64":
                 try:
                     return np.asarray(values, dtype=np.float64)
@@ -535,6 +568,7 @@ class DumpWriter:
         step = int(step)
         if not -(2 ** 31) <= step < 2 ** 31:
             raise ValueError(f"step {step} does not fit int32")
+        self._memo_new = {}
         try:
             payload = self._prepare(step, dict(columns), stacks or {}, construct or {}, tensors or {})
         except BaseException:
@@ -547,6 +581,7 @@ class DumpWriter:
             raise
         self._new_strings.clear()
         self._new_shapes.clear()
+        self._memo, self._memo_new = self._memo_new, {}  # columns another step did not hand over are dropped
         self.steps_written += 1
 
     def _prepare(self, step: int, columns: dict[str, Any], stacks: Mapping[int, list[str]],
@@ -578,9 +613,9 @@ class DumpWriter:
             new_stacks.append((sid, [self._intern(str(fr)) for fr in frames]))
 
         parents = list(construct.values())
-        con_call = self._string_ids("construct", list(construct))
+        con_call = self._string_ids("construct/call", list(construct))
         con_parent = np.where(np.fromiter(map(_is_missing, parents), bool, len(parents)), -1,
-                              self._string_ids("construct", parents)).astype(np.int32)
+                              self._string_ids("construct/parent", parents)).astype(np.int32)
 
         tens = []
         for name, t in tensors.items():
