@@ -225,6 +225,7 @@ class _Tails:
         self.f = f
         self.layout = f.attrs.get("layout_version")
         self._slots: dict[tuple[str, int], Any] = {}
+        self._located: dict[str, tuple[h5py.Dataset, Any]] = {}  # path -> _locate(path)
 
     def chunk(self, path: str) -> int:
         """Rows per chunk of ``path``'s group, from its tail."""
@@ -243,6 +244,14 @@ class _Tails:
         return tail[slot, lo:hi] if where is None else tail[slot, where, lo:hi]
 
     def _locate(self, path: str) -> tuple[h5py.Dataset, Any]:
+        """``path``'s tail and where in it the column is, found and checked once per path (``chunk`` and
+        every ``rows`` call of the column need it)."""
+        got = self._located.get(path)
+        if got is None:
+            got = self._located[path] = self._find(path)
+        return got
+
+    def _find(self, path: str) -> tuple[h5py.Dataset, Any]:
         if self.layout == 1:
             tail = _dataset(self.f, f"tail/{path}")
             if tail.ndim != 2 or tail.shape[0] != 2:
