@@ -695,12 +695,11 @@ class DumpWriter:
         without the second flush, which cost ~60 µs a step.
         """
         i, k = self.steps_written, len(INDEX_FIELDS)
-        grew = i >= self._index_rows or i % INDEX_BLOCK == 0
-        if i >= self._index_rows:
+        if i >= self._index_rows:  # only ever at a chunk's first row: the extent is whole chunks
             self._index_rows = (i // INDEX_BLOCK + 1) * INDEX_BLOCK
             self._index.id.set_extent((self._index_rows, k))
         _write_at(self._index, (i, 0), np.asarray(row, np.int64).reshape(1, k))
-        return grew
+        return i % INDEX_BLOCK == 0  # the chunk's first row allocated it (and perhaps grew the extent)
 
     def close(self) -> None:
         """Close the file; safe to call twice or after an exception."""
