@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
-from msprobe_nb.capture.randomness import RANDOM_APIS
+from msprobe_nb.capture.random_apis import RANDOM_APIS
 
 TRACE_COLUMNS = ["step", "rank", "call", "role", "rng", "file", "line", "code", "note"]
 

@@ -13,7 +13,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.naming import resolve_api, tensor_operator
-from msprobe_nb.capture.randomness import RANDOM_APIS
+from msprobe_nb.capture.random_apis import RANDOM_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling

@@ -23,22 +23,7 @@ import zlib
 import numpy as np
 import torch
 
-#: (family, op) pairs that draw random numbers, by kind of call.
-FACTORIES = {("Torch", n) for n in ("rand", "randn", "randint", "randperm", "rand_like", "randn_like",
-                                    "randint_like")}
-TENSOR_ARG_DRAWS = {("Torch", n) for n in ("bernoulli", "multinomial", "poisson", "normal", "binomial",
-                                           "_standard_gamma")} | {("Tensor", "bernoulli"), ("Tensor", "multinomial")}
-INPLACE_DRAWS = {("Tensor", n) for n in ("uniform_", "normal_", "bernoulli_", "random_", "exponential_",
-                                         "geometric_", "cauchy_", "log_normal_")}
-INIT_DRAWS = {("Init", n) for n in ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
-                                    "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")}
-DROPOUTS = {("Functional", n) for n in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                                        "feature_alpha_dropout")} | {
-    ("Torch", n) for n in ("dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout",
-                           "native_dropout")} | {("VF", n) for n in ("dropout", "feature_dropout")}
-OTHER_DRAWS = {("Functional", n) for n in ("rrelu", "gumbel_softmax", "fractional_max_pool2d",
-                                           "fractional_max_pool3d")} | {("Torch", "rrelu")}
-RANDOM_APIS = FACTORIES | TENSOR_ARG_DRAWS | INPLACE_DRAWS | INIT_DRAWS | DROPOUTS | OTHER_DRAWS
+from msprobe_nb.capture.random_apis import DROPOUTS, FACTORIES, INIT_DRAWS, INPLACE_DRAWS, RANDOM_APIS, TENSOR_ARG_DRAWS
 _DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
 
 
