@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.random_apis import DROPOUTS, FACTORIES, INIT_DRAWS, INPLACE_DRAWS, RANDOM_APIS, TENSOR_ARG_DRAWS
+
 _DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
 
 
