@@ -346,6 +346,7 @@ def _build_table(nc: pd.DataFrame, bc: pd.DataFrame, m: Any, mode: str, th: Thre
     cols["npu_stack_id"] = _take(nc["stack_id"].to_numpy(dtype=np.int64), ni, -1)
     cols["producer"] = _take(_obj(nc["producer"]), ni, "")
     cols["parent"] = _take(_obj(nc["parent"]), ni, "")
+    cols["npu_rng_state"], cols["bench_rng_state"] = both("rng_state", _obj, "")
 
     matched = match == "matched"
     tensor_ok = M.tensor_dtype_ok(n_dt, b_dt)
@@ -449,12 +450,51 @@ def _errors(t: dict[str, np.ndarray], mode: str, th: Thresholds) -> None:
         rl2 = t["rel_l2_err"]
         err = np.where(tensor & ~np.isnan(rl2), rl2, err)
         hard |= tensor & np.isin(t["tensor_status"], [M.ST_NANINF, M.ST_SHAPE])
-    if mode == "md5" and "npu_hash" in t:
+    if mode != "tensor" and "npu_hash" in t:  # content hashes, where both sides have them, are exact
         nh, bh = t["npu_hash"], t["bench_hash"]
         hard |= tensor & (nh != "") & (bh != "") & (nh != bh)
     err = np.where(hard & matched, np.inf, err)
+    uninit = uninitialised_rows(t, th)
+    err = np.where(uninit, np.nan, err)
     t["err"] = err
-    t["diverges"] = matched & (err > th.diverge_rtol)
+    t["uninitialised"] = uninit
+    t["diverges"] = diverging(t, th)
+
+
+def diverging(t: Any, th: Thresholds) -> np.ndarray:
+    """Rows that diverge: matched, not uninitialised memory, and an ``err`` above ``diverge_rtol`` or a tensor
+    dtype that differs (fp16 vs fp32 is comparable, so no hard mismatch, but a call whose inputs agree and
+    whose output dtype differs is where the runs part ways)."""
+    matched = np.asarray(t["match"], dtype=object) == "matched"
+    tensor = np.asarray(t["comparable"], dtype=bool) & (np.asarray(t["kind"], dtype=object) == "tensor")
+    dtype_diff = tensor & (np.asarray(t["npu_dtype"], dtype=object) != np.asarray(t["bench_dtype"], dtype=object))
+    err = np.asarray(t["err"], dtype=float)
+    with np.errstate(invalid="ignore"):
+        over = err > th.diverge_rtol
+    return matched & ~np.asarray(t["uninitialised"], dtype=bool) & (over | dtype_diff)
+
+
+def _op_of_call(call: str) -> str:
+    """The op of an API call name (``Torch.empty_like.0.forward`` -> ``empty_like``); '' for modules."""
+    parts = call.split(".")
+    return parts[1] if len(parts) >= 4 and parts[0] not in ("Module", "Cell") else ""
+
+
+def uninitialised_rows(t: Any, th: Thresholds) -> np.ndarray:
+    """Rows that hold uninitialised memory: outputs of ``empty``-like APIs, and inputs whose producer is one
+    (a tensor made by ``empty_like`` and not yet written by a recorded call). Their values are never compared."""
+    skip = np.array(th.diverge_skip_ops, dtype=object)
+    io = np.asarray(t["io"], dtype=object)
+    out = np.isin(np.asarray(t["op"], dtype=object), skip) & (io == "output")
+    prod = np.asarray(t["producer"], dtype=object)
+    has = prod != ""
+    if has.any():
+        codes, uniq = pd.factorize(prod[has])
+        bad = np.isin(np.array([_op_of_call(str(u)) for u in uniq], dtype=object), skip)
+        inputs = np.zeros(len(io), dtype=bool)
+        inputs[np.flatnonzero(has)] = bad[codes]
+        out |= inputs & np.isin(io, ("input", "parameters"))
+    return out & (np.asarray(t["kind"], dtype=object) == "tensor")
 
 
 # --------------------------------------------------------------------------------------------- result
@@ -537,7 +577,7 @@ class CompareResult(pd.DataFrame):
         t = pd.DataFrame(self)
         th = thresholds or self.thresholds
         if thresholds is not None and thresholds.diverge_rtol != self.thresholds.diverge_rtol:
-            t["diverges"] = (t["match"] == "matched") & (t["err"] > th.diverge_rtol)
+            t["diverges"] = diverging(t, th)
         return find_divergences(t, th, self._stack_of, self.mode)
 
     def first_divergence(self, step: int | None = None, rank: int | None = None,

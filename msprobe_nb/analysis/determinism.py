@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from msprobe_nb.analysis.divergence import forward_of
+
 _KEY = ["step", "rank", "name"]
 _EXACT = ["max", "min", "mean", "norm", "nan_count", "posinf_count", "neginf_count"]
 
@@ -56,11 +58,17 @@ def check_determinism(run_a, run_b) -> pd.DataFrame:
     drawn = a.loc[(a["rng"] != "") & (a["rng"] != "dropout-off"), "parent"]
     random_modules = {p for p in drawn if p}
     random_modules |= {p.replace(".forward.", ".backward.") for p in random_modules}
+    # a backward's outputs depend on what its forward saved: its forward's inputs count as its inputs too
+    not_out = m["io"] != "output"
+    fwd_in_same = m[not_out].groupby(["step", "rank", "call"], sort=False)["same"].all().to_dict()
     out = []
     for (step, rank, call), g in m.groupby(["step", "rank", "call"], sort=False):
         if g["same"].all():
             continue
         inputs_same = bool(g.loc[g["io"] != "output", "same"].all())
+        fwd = forward_of(call)
+        if fwd is not None:
+            inputs_same = inputs_same and fwd_in_same.get((step, rank, fwd), True)
         rng = str(g["rng"].iloc[0] or "")
         if (rng and rng != "dropout-off") or call in random_modules:
             kind = "random"

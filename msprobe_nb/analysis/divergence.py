@@ -32,7 +32,9 @@ class Divergence:
     step: int
     rank: int
     call_index: int
-    kind: str  #: "call" (inputs agree, outputs diverge) or "inputs" (the call already receives diverging inputs)
+    #: "call" (inputs agree, outputs diverge), "argument" (tensor inputs agree, a non-tensor argument differs)
+    #: or "inputs" (the call already receives diverging inputs from outside the recorded calls)
+    kind: str
     message: str
     rows: pd.DataFrame  #: the call's diverging rows with their metrics
     frame: str | None = None  #: "file:line" of the first user frame of the call's stack
@@ -149,19 +151,36 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
     hit = np.flatnonzero(in_div | out_div)
     if len(hit) == 0:
         return None
-    c0 = int(hit[0])
-    root = str(uniq[c0])
+    parents = _parent_codes(g, codes, uniq)
+    c0 = _innermost(hit, parents)
+    producer = g["producer"].astype(object).fillna("").to_numpy() if "producer" in g.columns else None
+    kinds = g["kind"].astype(object).fillna("").to_numpy() if "kind" in g.columns else np.full(len(g), "tensor")
     rows0 = np.flatnonzero(codes == c0)
+    drawn = _draw_behind(c0, rows0, div, is_in, producer, uniq, g)
+    if drawn is not None:
+        c0, rows0 = drawn, np.flatnonzero(codes == drawn)
+    root = str(uniq[c0])
     step, rank = int(g["step"].iat[rows0[0]]), int(g["rank"].iat[rows0[0]])
     prev = str(uniq[c0 - 1]) if c0 > 0 else None
-    producer = g["producer"].astype(object).fillna("").to_numpy() if "producer" in g.columns else None
+    bad_in = rows0[div[rows0] & is_in[rows0]]
+    own_args = len(bad_in) > 0 and bool(np.all(kinds[bad_in] == "value"))
 
-    if not in_div[c0]:
+    if drawn is not None:
+        kind = "call"
+        msg = ("a random draw whose generator state differs between the runs; its statistics agree (a permutation "
+               "has the same max, min, mean and norm) but the call that consumes it diverges: this draw is where "
+               "the runs part ways")
+    elif not in_div[c0]:
         kind = "call"
         msg = "inputs agree within tolerance, outputs diverge: this call is where the runs part ways"
+    elif own_args:
+        kind = "argument"
+        args = ", ".join(f"{_arg_label(g, i)} {_side_value(g, i, 'npu')} vs {_side_value(g, i, 'bench')}"
+                         for i in bad_in[:4])
+        msg = (f"its tensor inputs agree, but its own non-tensor argument(s) differ ({args}): the call is made "
+               "differently, and this is where the runs part ways")
     else:
         kind = "inputs"
-        bad_in = rows0[div[rows0] & is_in[rows0]]
         prods = sorted({p for p in (producer[bad_in] if producer is not None else []) if p})
         if c0 == 0:
             msg = ("the very first recorded call already receives diverging inputs: the difference comes from "
@@ -193,6 +212,82 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
                       message=msg + note, rows=rows, frame=frame, frame_source=src, stack=stack,
                       chain=chain_calls, chain_table=pd.DataFrame(chain_rows), previous_call=prev,
                       modules=_modules(g, root))
+
+
+def _parent_codes(g: pd.DataFrame, codes: np.ndarray, uniq: np.ndarray) -> np.ndarray:
+    """Code of each call's enclosing call (its module, from the ``parent`` column); -1 for none or unknown."""
+    out = np.full(len(uniq), -1, dtype=np.int64)
+    if "parent" not in g.columns:
+        return out
+    _, first = np.unique(codes, return_index=True)
+    parent = g["parent"].astype(object).fillna("").to_numpy()[first]
+    code_of = {c: i for i, c in enumerate(uniq)}
+    for i, p in enumerate(parent):
+        out[i] = code_of.get(p, -1) if p else -1
+    return out
+
+
+def _innermost(hit: np.ndarray, parents: np.ndarray) -> int:
+    """The innermost call among the diverging ones: the first in execution order, then, while a call nested
+    inside it diverges too, the first such call. A module opens before its children, so its row comes first;
+    the call that actually changed is the deepest one the difference can be pinned on."""
+    root = int(hit[0])
+    for c in hit[1:]:
+        p, depth = int(parents[c]), 0
+        while p >= 0 and depth < 256:
+            if p == root:
+                root = int(c)
+                break
+            p, depth = int(parents[p]), depth + 1
+    return root
+
+
+def _draw_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray, producer: np.ndarray | None,
+                 uniq: np.ndarray, g: pd.DataFrame, limit: int = 2000) -> int | None:
+    """A random draw upstream of call ``c0`` whose generator state differs between the runs although its own
+    statistics agree (a permutation keeps max, min, mean and norm, and so do the rows it reorders): that draw
+    is the root, not the first call whose statistics show the difference. Walks the producers of ``c0``'s
+    inputs (its diverging ones, where any diverges) back through calls that agree; None when no such draw."""
+    if producer is None or "npu_rng_state" not in g.columns:
+        return None
+    ns = g["npu_rng_state"].astype(object).fillna("").to_numpy()
+    bs = g["bench_rng_state"].astype(object).fillna("").to_numpy()
+    if not (ns != "").any():
+        return None
+    calls = g["call"].astype(object).to_numpy()
+    code_of = {c: i for i, c in enumerate(uniq)}
+    inputs: dict[int, list[str]] = {}
+    state_differs: set[int] = set()
+    for i in np.flatnonzero(is_in & (producer != "")):
+        inputs.setdefault(code_of[calls[i]], []).append(producer[i])
+    for i in np.flatnonzero((ns != "") & (bs != "") & (ns != bs)):
+        state_differs.add(code_of[calls[i]])
+    if not state_differs:
+        return None
+    bad = rows0[div[rows0] & is_in[rows0]]
+    queue = [p for p in dict.fromkeys(producer[bad if len(bad) else rows0[is_in[rows0]]]) if p]
+    seen = set(queue)
+    while queue and len(seen) < limit:
+        c = code_of.get(queue.pop(0))
+        if c is None:
+            continue
+        if c in state_differs:
+            return c
+        for p in inputs.get(c, ()):
+            if p not in seen:
+                seen.add(p)
+                queue.append(p)
+    return None
+
+
+def _arg_label(g: pd.DataFrame, i: int) -> str:
+    arg = str(g["arg"].iat[i]) if "arg" in g.columns else ""
+    return f"argument {arg}" if arg else str(g["name"].iat[i])
+
+
+def _side_value(g: pd.DataFrame, i: int, side: str) -> str:
+    col = f"{side}_value"
+    return repr(g[col].iat[i]) if col in g.columns else "?"
 
 
 def _modules(g: pd.DataFrame, call: str) -> list[str]:

@@ -67,6 +67,14 @@ class Thresholds:
                                              "batch_isend_irecv", "reduce_scatter_tensor", "all_gather_into_tensor")
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(f.default, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                 or v != v):
+                raise ValueError(f"Thresholds.{f.name} must be a number, got {v!r}")
+            if isinstance(f.default, tuple) and not (isinstance(v, (tuple, list))
+                                                     and all(isinstance(x, str) for x in v)):
+                raise ValueError(f"Thresholds.{f.name} must be a tuple of op names, got {v!r}")
         for f in ("dtype_mismatch_level", "requires_grad_level", "unmatched_level"):
             if getattr(self, f) not in _LEVEL:
                 raise ValueError(f"Thresholds.{f} must be one of {LEVELS}, got {getattr(self, f)!r}")
@@ -310,8 +318,10 @@ def _stats_call_rules(t: Any, r: _Reasons, ok: np.ndarray, io: np.ndarray, op: n
     for c in np.flatnonzero((worst >= 0) & has_in):
         i = int(worst[c])
         o, a = norm[i], in_max[c]
-        if (a > 0 and o / a > th.norm_rel_growth_warning) or (a == 0 and o > th.norm_rel_output_warning):
-            why = (f"{o / a:.3g}x the largest input's ({_pct(a)})" if a > 0
+        with np.errstate(divide="ignore", invalid="ignore"):  # inf / inf: no growth to speak of
+            growth = o / a if a > 0 else np.nan
+        if (a > 0 and growth > th.norm_rel_growth_warning) or (a == 0 and o > th.norm_rel_output_warning):
+            why = (f"{growth:.3g}x the largest input's ({_pct(a)})" if a > 0
                    else f"above {_pct(th.norm_rel_output_warning)} while the inputs are identical")
             r.add(np.array([i]), "warning", f"NormRelativeErr of this output ({_pct(o)}) is {why}")
 

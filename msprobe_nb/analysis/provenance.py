@@ -94,6 +94,12 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         t = result[(result["step"] == d.step) & (result["rank"] == d.rank) & result["diverges"]]
         diverging = set(t["name"])
 
+    own = g[["call", "name", "io"]]
+    diverging_io: dict[str, set[str]] = {}
+    for call, name, io in zip(own["call"], own["name"], own["io"]):
+        if name in diverging:
+            diverging_io.setdefault(call, set()).add("output" if io in ("output", "parameters_grad") else "input")
+
     def is_random(call: str) -> bool:
         """A draw: the kit recorded its generator, or (msprobe dumps, which do not) its API draws."""
         if call not in first.index:
@@ -102,6 +108,21 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         if rng:
             return rng != "dropout-off"
         return (str(first.at[call, "family"]), str(first.at[call, "op"])) in RANDOM_APIS
+
+    def state_differs(call: str) -> bool:
+        ns = str(first.at[call, "rng_state"] or "")
+        bs = str(bench_first.at[call, "rng_state"] or "") if bench_first is not None and call in bench_first.index \
+            else ""
+        return bool(ns and bs and ns != bs)
+
+    def blamed(call: str) -> bool:
+        """A draw is a source only where it makes the difference: its own output diverges while its inputs
+        agree (a dropout fed diverging activations passes them on, whatever its mask), or its generator
+        state differs between the runs (a permutation's statistics agree even when its order does not)."""
+        if not is_random(call):
+            return False
+        io = diverging_io.get(call, set())
+        return ("output" in io and "input" not in io) or state_differs(call)
 
     def preds(call: str) -> list[str]:
         """Producers of the call's diverging inputs (of all its inputs when none diverges or none is known)."""
@@ -119,7 +140,7 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
     found: list[str] = []
     while queue and len(parent) < max_calls:
         c = queue.popleft()
-        if is_random(c):
+        if blamed(c):
             found.append(c)
             continue
         for p in preds(c):
@@ -169,6 +190,9 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
     if sources:
         names = ", ".join(s["call"] for s in sources)
         msg = f"{d.call} diverges because of random draw(s): {names}"
+    elif d.kind == "argument":
+        msg = (f"{d.call} is called with a different non-tensor argument on the two sides and no random draw "
+               "feeds it: a difference in the code or configuration, not randomness")
     elif d.kind == "call":
         msg = (f"{d.call} computes differently with agreeing inputs and no random draw feeds it: a numerical "
                "(precision or kernel) difference, not randomness")
