@@ -59,21 +59,20 @@ class ModuleHooks:
                 rec.note_error(f"pre-hook of {type(module).__name__}", exc)
         return None
 
-    def _post(self, module, args, kwargs, output):
+    def _post(self, module, args, *rest):
+        """Forward hook, called by torch as ``(module, args, kwargs, output)`` after a forward that returned,
+        but as ``(module, args, result)``, without kwargs, when the forward raised (always-call hooks on the
+        exception path, e.g. the early stop of non-reentrant checkpointing's recomputation): then the
+        module's stack entry is only popped, and nothing is recorded as its output."""
         rec = self.recorder
         if not rec.module_stack or _is_compiling():
             return None
         with rec.working():
             try:
-                # pop up to this module's entry (a raising submodule may have left its own behind)
-                while rec.module_stack:
-                    m, c = rec.module_stack.pop()
-                    if m is module:
-                        break
-                else:
+                c = _pop_module(rec.module_stack, module)
+                if len(rest) != 2 or c is None or not rec.active or not c.call:
                     return None
-                if not rec.active or not c.call:
-                    return None
+                kwargs, output = rest
                 if kwargs:
                     rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
                 rec.add_rows(c, "forward", "output", output if isinstance(output, (tuple, list, dict)) else [output],
@@ -98,3 +97,15 @@ class ModuleHooks:
         rec = self.recorder
         if rec.module_stack and rec.module_stack[-1][0] is optimizer:
             rec.module_stack.pop()
+
+
+def _pop_module(stack: list, module) -> Call | None:
+    """Pop ``module``'s entry off ``stack`` with the entries above it (left by submodules that raised and
+    whose exception the module caught), and return its call; None, with the stack untouched, when the
+    module has no entry (its pre-hook ran before recording started)."""
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][0] is module:
+            c = stack[i][1]
+            del stack[i:]
+            return c
+    return None
