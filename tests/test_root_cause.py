@@ -180,6 +180,9 @@ def test_uninitialised_memory_is_never_compared(tmp_path):
     assert result.first_divergence() is None
     uninit = result[result["uninitialised"]]
     assert set(uninit["name"]) >= {"Torch.empty_like.0.forward.output.0", "Tensor.__setitem__.0.forward.input.0"}
+    # once __setitem__ has written it, the tensor is its product and is compared again
+    filled = result[result["name"] == "Tensor.__getitem__.0.forward.input.1"].iloc[0]
+    assert filled["producer"] == "Tensor.__setitem__.0.forward" and not filled["uninitialised"]
 
 
 def test_a_diverging_input_that_is_uninitialised_memory_is_not_a_root(tmp_path):

@@ -12,11 +12,13 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
+from msprobe_nb.capture.api_backward import grad_inputs
 from msprobe_nb.capture.naming import resolve_api, tensor_operator
 from msprobe_nb.capture.random_apis import RANDOM_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
+_sequence_nr = torch._C._autograd._get_sequence_nr
 
 class ApiMode(TorchFunctionMode):
     """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""
@@ -64,10 +66,13 @@ class ApiMode(TorchFunctionMode):
             if policy is not None and (family, op) in RANDOM_APIS:
                 run, args, kwargs = policy.before(c, func, args, kwargs)
             rec.add_rows(c, "forward", "input", args)
-            before = [(a, a.grad_fn) for a in args if isinstance(a, torch.Tensor)] \
-                if torch.is_grad_enabled() else None
             if kwargs:
                 rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
+            grads = c.dump and torch.is_grad_enabled()
+            inputs = grad_inputs(args, kwargs) if grads else None
+            seq0 = _sequence_nr()
+            first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            version = first._version if first is not None else 0
         except Exception as exc:
             rec.note_error(f"inputs of {family}.{op}", exc)
             c = None
@@ -85,7 +90,10 @@ class ApiMode(TorchFunctionMode):
                 rec.share_summary(out, args[0])
             rec.add_rows(c, "forward", "output", out if isinstance(out, (tuple, list, dict)) else (out,),
                          set_producer=True)
-            rec.attach_api_backward(c, out, before)
+            if first is not None and out is not first and first._version != version:
+                rec.mark_written(first, c.call)
+            if grads:
+                rec.attach_api_backward(c, out, inputs, seq0)
         except Exception as exc:
             rec.note_error(f"outputs of {family}.{op}", exc)
         finally:

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe_nb.capture.leaves import describe_value, leaves, walk
+from msprobe_nb.capture.api_backward import BackwardRows, CallGraph
+from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
@@ -416,49 +417,44 @@ class Recorder:
         self._next_tensor_id += 1
 
     # ------------------------------------------------------------------ gradients
-    def attach_api_backward(self, c: Call, out: Any, before: list | None) -> None:
-        """Record the API's backward when autograd runs its node: grads of outputs in, grads of inputs out.
+    def attach_api_backward(self, c: Call, out: Any, inputs: list | None, seq0: int) -> None:
+        """Record the API's backward when autograd runs the nodes the call made: the gradients of its outputs
+        in, the gradient of each tensor input out (see :mod:`msprobe_nb.capture.api_backward`).
 
-        ``before`` holds (input tensor, its grad_fn before the call): an output that is an input with an
-        unchanged grad_fn (``x.to(x.dtype)``, ``contiguous()``) made no node of its own and gets no backward.
+        ``inputs`` are the call's inputs that require grad, with their gradient edges from before the call;
+        ``seq0`` the thread's autograd sequence number when the call began. An output that is an input passed
+        through (``x.to(x.dtype)``, ``contiguous()``) is no node of the call's, and a call without one has no
+        backward.
         """
         if not c.dump or not torch.is_grad_enabled():
             return
-        if isinstance(out, torch.Tensor):
-            first = out if out.grad_fn is not None else None
-        else:
-            first = next((t for _, t in walk(out, "") if isinstance(t, torch.Tensor) and t.grad_fn is not None),
-                         None)
-        if first is None:
+        graph = CallGraph.of(out, inputs, seq0)
+        if graph is None:
             return
-        fn0 = first.grad_fn
-        for a, fn in before or ():
-            if a is first and fn is fn0:
-                return
         recorder = self
-        same = (c.family, c.op) in SAME_ELEMENTS
         call = c.call
         bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
         parent = self._backward_of(c.parent) if c.parent else ""
 
-        def hook(grad_inputs, grad_outputs):
-            if not recorder.active:
-                return
-            with recorder.working():
-                try:
-                    b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
-                             recorder._take_index())
-                    if parent:
-                        recorder.construct[bname] = parent
-                    recorder.add_rows(b, "backward", "input", grad_outputs)
-                    if same and grad_inputs and grad_outputs and isinstance(grad_inputs[0], torch.Tensor) \
-                            and isinstance(grad_outputs[0], torch.Tensor):
-                        recorder.share_summary(grad_inputs[0], grad_outputs[0])
-                    recorder.add_rows(b, "backward", "output", grad_inputs)
-                except Exception as exc:  # never break the user's backward
-                    recorder.note_error(f"backward of {call}", exc)
+        def open_call() -> Call:
+            b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
+                     recorder._take_index())
+            if parent:
+                recorder.construct[bname] = parent
+            return b
 
-        self._handles.append(first.grad_fn.register_hook(hook))
+        rows = BackwardRows(self, graph, [p for p, _ in inputs or ()], open_call, (c.family, c.op) in SAME_ELEMENTS)
+        for node in graph.nodes():
+            self._handles.append(node.register_hook(rows.hook_for(node)))
+
+    def mark_written(self, t: torch.Tensor, call: str) -> None:
+        """``call`` wrote into ``t`` in place and returned something else (``x[i] = v``): from now on ``t``
+        is the call's product, not its creator's (uninitialised memory filled, a buffer overwritten)."""
+        e = self._seen.get(id(t))
+        if e is not None and e[0]() is t:
+            e[3] = self._next_tensor_id
+            self._next_tensor_id += 1
+            e[4] = call
 
     def _backward_of(self, call: str) -> str:
         """The backward call name of a forward call (cached: the same names come back every step)."""
