@@ -7,9 +7,11 @@ handler steps aside, so dynamo neither guards on the recorder nor recompiles per
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
+import torch.utils.checkpoint
 from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.api_backward import grad_inputs
@@ -19,6 +21,26 @@ from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
 _sequence_nr = torch._C._autograd._get_sequence_nr
+#: the node of torch.utils.checkpoint's reentrant variant, whose backward recomputes the forward
+_CHECKPOINT_NODE = getattr(torch.utils.checkpoint.CheckpointFunction, "_backward_cls", None)
+#: where checkpoint's own calls come from while it replays (its detach, the RNG fork's device lookups)
+_CHECKPOINT_FILES = frozenset({torch.utils.checkpoint.__file__, torch.random.__file__})
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_TORCH_NN_DIR = os.path.join(_TORCH_DIR, "nn") + os.sep  # a checkpointed module's forward lives there
+
+def _checkpoint_plumbing(func, frame) -> bool:
+    """A call that reentrant checkpointing makes itself while it replays (its detach, the RNG fork's device
+    lookups, the nested backward), not one of the model's: made from its files, directly or through one of
+    torch's own functions (the checkpointed function's calls come from the user's code or from modules)."""
+    if func is torch.autograd.backward:
+        return True
+    name = frame.f_code.co_filename
+    if name in _CHECKPOINT_FILES:
+        return True
+    up = frame.f_back
+    return up is not None and up.f_code.co_filename in _CHECKPOINT_FILES and name.startswith(_TORCH_DIR) \
+        and not name.startswith(_TORCH_NN_DIR)
+
 
 class ApiMode(TorchFunctionMode):
     """Records API calls into a :class:`Recorder` (forward now, backward through autograd node hooks)."""
@@ -28,6 +50,39 @@ class ApiMode(TorchFunctionMode):
         self.recorder = recorder
         self.randomness = randomness  # msprobe_nb.capture.randomness.RandomPolicy or None
         self.record = record  # False: only apply dropout-off / host-random (levels L0 and L2)
+        self.replaying = 0  # > 0 while a reentrant checkpoint's backward runs under this mode
+
+    def replay_in_backward(self, node) -> None:
+        """Record what a reentrant checkpoint recomputes: autograd runs a node without any function mode, so
+        the mode is pushed for the node's own backward (its recompute and the nested backward it starts) and
+        popped after it. Node hooks only, removed at the step's end with the others."""
+        rec = self.recorder
+        todo = [node]
+        while todo:  # checkpointed layers feeding each other directly: no recorded call sees the earlier ones
+            n = todo.pop()
+            if id(n) not in rec.replays:
+                rec.replays.add(id(n))
+                self._replay(n)
+                todo.extend(nxt for nxt, _ in n.next_functions if type(nxt) is _CHECKPOINT_NODE)
+
+    def _replay(self, node) -> None:
+        rec = self.recorder
+        pushed: list = []
+        mode = self
+
+        def pre(grad_outputs):
+            if rec.active and not pushed:
+                mode.__enter__()
+                mode.replaying += 1
+                pushed.append(True)
+
+        def post(grad_inputs, grad_outputs):
+            if pushed:
+                pushed.pop()
+                mode.replaying -= 1
+                mode.__exit__(None, None, None)
+
+        rec.keep_hooks(node.register_prehook(pre), node.register_hook(post))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -43,6 +98,9 @@ class ApiMode(TorchFunctionMode):
         if resolved is None:
             return func(*args, **kwargs)
         frame = sys._getframe(1)
+        if self.replaying and _checkpoint_plumbing(func, frame):
+
+            return func(*args, **kwargs)
         if resolved[0] == "Tensor":
             try:
                 resolved = tensor_operator(resolved, frame)
@@ -70,6 +128,10 @@ class ApiMode(TorchFunctionMode):
                 rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
             grads = c.dump and torch.is_grad_enabled()
             inputs = grad_inputs(args, kwargs) if grads else None
+            if inputs:
+                for _, key in inputs:
+                    if type(key[2]) is _CHECKPOINT_NODE:
+                        self.replay_in_backward(key[2])
             seq0 = _sequence_nr()
             first = args[0] if args and isinstance(args[0], torch.Tensor) else None
             version = first._version if first is not None else 0

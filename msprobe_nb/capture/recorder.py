@@ -28,6 +28,7 @@ from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
 
+_graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward (a recompute)
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the kit's recording machinery: its frames are left out of user stacks (the demo's are kept)
 _KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
@@ -135,6 +136,7 @@ class Recorder:
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
+        self.replays: set[int] = set()  # ids of checkpoint nodes whose backward is recorded (api_mode)
         self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
         self._param_hooks: dict[int, Any] = {}
@@ -299,7 +301,7 @@ class Recorder:
         name = f"{family}.{op}.{counter}.forward"  # naming.api_call_name, inlined: this runs on every call
         stack = self.module_stack
         parent = stack[-1][1].call if stack else ""
-        c = Call(name, family, op, counter, "forward", "", parent)
+        c = Call(name, family, op, counter, "recompute" if _graph_task_id() != -1 else "forward", "", parent)
         c.dump = self._select_all or self.selected(name, family, op)
         if c.dump:
             c.stack_id = self.stack_id(frame)
@@ -312,7 +314,8 @@ class Recorder:
         cls = type(module).__name__
         counter = self.next_counter(f"Module.{path}.{cls}")
         name = module_call_name(path, cls, "forward", counter)
-        c = Call(name, "Module", cls, counter, "forward", module_path=path, parent=self.current_parent())
+        c = Call(name, "Module", cls, counter, "recompute" if _graph_task_id() != -1 else "forward",
+                 module_path=path, parent=self.current_parent())
         c.dump = self.cfg.level in ("L0", "mix") and (self._select_all or self.selected(name, "Module", cls))
         if c.dump:
             c.stack_id = self.stack_id(frame)
@@ -502,6 +505,11 @@ class Recorder:
                 with recorder.working():
                     try:
                         for b, io, path in consumers:
+                            if io == "output" and b.index < 0:
+                                # an input's gradient before any of the module's output gradients: this
+                                # module call's outputs take no part in this backward (a forward recomputed
+                                # by non-reentrant checkpointing shares its inputs with the original)
+                                continue
                             if b.index < 0:
                                 b.index = recorder._take_index()
                                 recorder.construct[b.call] = b.parent or None
@@ -549,7 +557,12 @@ class Recorder:
 
         return hook
 
+    def keep_hooks(self, *handles) -> None:
+        """Hooks a mode or hook installed for this step: removed at the step boundary with the others."""
+        self._handles.extend(handles)
+
     def remove_step_hooks(self) -> None:
+        self.replays.clear()
         self._last_frame = None  # let the frame and its locals go
         self._last_frame_sids = {}
         for h in self._handles:

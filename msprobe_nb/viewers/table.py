@@ -22,7 +22,7 @@ __all__ = [
     "n_pages", "page_rows", "render_html", "sort_rows",
 ]
 
-DIRECTIONS = ("forward", "backward", "parameters_grad")
+DIRECTIONS = ("forward", "recompute", "backward", "parameters_grad")
 IOS = ("input", "output", "parameters", "parameters_grad")
 VERDICTS = ("pass", "warning", "error")
 #: filter criteria :func:`filter_rows` understands (besides ``regex``)
