@@ -29,9 +29,10 @@ MAX_NODES = 256
 
 
 def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
-    """(row path, gradient-edge key) of every tensor input that requires grad, taken before the call runs
-    (an in-place call replaces its input's ``grad_fn``); None when none does. Paths are the forward input
-    rows' paths, so ``backward.output.1`` is the gradient of ``forward.input.1``."""
+    """(row path, key) of every tensor input that requires grad, taken before the call runs (an in-place
+    call replaces its input's ``grad_fn``); None when none does. A key is (id of the gradient edge's node or
+    leaf, output_nr or -1, the node or None, the tensor). Paths are the forward input rows' paths, so
+    ``backward.output.1`` is the gradient of ``forward.input.1``."""
     out = None
     for items in (args, kwargs):
         if not items:
@@ -39,7 +40,7 @@ def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
         for path, t in leaves(items):
             if isinstance(t, _Tensor) and t.requires_grad:
                 fn = t.grad_fn
-                key = (id(fn), t.output_nr, fn) if fn is not None else (id(t), -1, t)
+                key = (id(fn), t.output_nr, fn, t) if fn is not None else (id(t), -1, None, t)
                 if out is None:
                     out = []
                 out.append((path, key))

@@ -15,6 +15,7 @@ import torch.utils.checkpoint
 from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.api_backward import grad_inputs
+from msprobe_nb.capture.custom_functions import is_custom_forward, is_custom_node
 from msprobe_nb.capture.naming import resolve_api, tensor_operator
 from msprobe_nb.capture.random_apis import RANDOM_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
@@ -119,19 +120,24 @@ class ApiMode(TorchFunctionMode):
         lock.acquire()
         rec.busy += 1
         try:
+            if frame.f_code.co_name == "forward" and is_custom_forward(frame):
+                rec.functions.forward_frame(frame)
             c = rec.open_api(family, op, frame)
             run = func
             if policy is not None and (family, op) in RANDOM_APIS:
                 run, args, kwargs = policy.before(c, func, args, kwargs)
+            grads = c.dump and torch.is_grad_enabled()
+            inputs = grad_inputs(args, kwargs) if grads else None
+            if inputs:  # before the input rows: a custom Function's output gets its producer first
+                for _, key in inputs:
+                    node = key[2]
+                    if type(node) is _CHECKPOINT_NODE:
+                        self.replay_in_backward(node)
+                    elif is_custom_node(node):
+                        rec.functions.consumed(node, key[3])
             rec.add_rows(c, "forward", "input", args)
             if kwargs:
                 rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
-            grads = c.dump and torch.is_grad_enabled()
-            inputs = grad_inputs(args, kwargs) if grads else None
-            if inputs:
-                for _, key in inputs:
-                    if type(key[2]) is _CHECKPOINT_NODE:
-                        self.replay_in_backward(key[2])
             seq0 = _sequence_nr()
             first = args[0] if args and isinstance(args[0], torch.Tensor) else None
             version = first._version if first is not None else 0

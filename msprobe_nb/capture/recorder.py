@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.api_backward import BackwardRows, CallGraph
+from msprobe_nb.capture.custom_functions import CustomFunctions
 from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
@@ -137,6 +138,7 @@ class Recorder:
         self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
         self.replays: set[int] = set()  # ids of checkpoint nodes whose backward is recorded (api_mode)
+        self.functions = CustomFunctions(self)  # custom autograd.Function calls of this step
         self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
         self._param_hooks: dict[int, Any] = {}
@@ -563,6 +565,7 @@ class Recorder:
 
     def remove_step_hooks(self) -> None:
         self.replays.clear()
+        self.functions.reset()
         self._last_frame = None  # let the frame and its locals go
         self._last_frame_sids = {}
         for h in self._handles:
