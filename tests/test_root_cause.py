@@ -226,3 +226,25 @@ def pd_table():
     return coerce_calls(pd.DataFrame([dict(step=0, rank=0, call_index=0, call="Torch.add.0.forward",
                                            name="Torch.add.0.forward.output.0", io="output", arg="0", kind="tensor",
                                            dtype="torch.float32", shape=(2,), max=1.0, min=0.0, mean=0.5, norm=1.0)]))
+
+
+def test_an_argument_with_a_default_repr_does_not_tell_identical_runs_apart(tmp_path):
+    class Config:  # its default repr names its address, which changes from run to run
+        scale = 2.0
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, cfg):
+            ctx.scale = cfg.scale
+            return torch.mul(x, cfg.scale)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.scale, None
+
+    model = lambda: nn.Sequential(nn.Linear(8, 8))  # noqa: E731
+    step = lambda m, x: Scaled.apply(m(x), Config()).sum()  # noqa: E731
+    a = record(tmp_path / "a", model, step, level="L1")
+    b = record(tmp_path / "b", model, step, level="L1")
+    assert a.calls.loc[a.calls["name"] == "Function.Scaled.0.forward.input.1", "value"].iloc[0].count("0x") == 0
+    assert compare(a, b).first_divergence() is None

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 MAX_DEPTH = 64
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
 
 
 def is_namedtuple(x: Any) -> bool:
@@ -104,7 +106,9 @@ def describe_value(x: Any) -> tuple[str, str]:
             pass
     if isinstance(x, complex):
         return "complex", json.dumps([x.real, x.imag])
-    return type(x).__qualname__, json.dumps(repr(x)[:200], ensure_ascii=False)
+    # a default repr names the object's address, which changes from run to run: two identical runs
+    # would differ in every such argument (a ProcessGroup, a user's config object)
+    return type(x).__qualname__, json.dumps(_ADDRESS.sub("", repr(x))[:200], ensure_ascii=False)
 
 
 def _float_json(x: float) -> str:
