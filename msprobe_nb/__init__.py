@@ -24,7 +24,7 @@ _LAZY = {
     "compare": "msprobe_nb.analysis.compare", "check_determinism": "msprobe_nb.analysis.determinism",
     "Thresholds": "msprobe_nb.analysis.grading", "RandomTrace": "msprobe_nb.analysis.provenance",
     "trace_randomness": "msprobe_nb.analysis.provenance", "Dump": "msprobe_nb.store.dump",
-    "load": "msprobe_nb.store.dump", "DumpFormatError": "msprobe_nb.store.hdf5_reader",
+    "load": "msprobe_nb.store.dump", "DumpFormatError": "msprobe_nb.store.errors",
     "DumpViewer": "msprobe_nb.viewers", "CompareViewer": "msprobe_nb.viewers",
 }
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from h5py import h5f, h5p
 
+from msprobe_nb.store.errors import DumpFormatError  # re-exported: older code imports it from here
 from msprobe_nb.store.hdf5_writer import (
     COMMIT_MAGIC,
     ENCODINGS,
@@ -42,10 +43,6 @@ _F = {name: i for i, name in enumerate(INDEX_FIELDS)}
 _READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
 _LENGTHS = [_F[g] for g in GROUPS] + [_F[f"u{w}"] for w in TENSOR_WIDTHS]
 _SLOTS = [_F[f"{g}_slot"] for g in GROUPS]
-
-
-class DumpFormatError(ValueError):
-    """A file is not a readable msprobe_nb HDF5 dump (not HDF5, truncated, corrupt, unsupported version)."""
 
 
 # -- files ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprobe_nb.store.hdf5_reader import DumpFormatError  # one error class for every dump reader
+from msprobe_nb.store.errors import DumpFormatError  # one error class for every dump reader, without h5py
 from msprobe_nb.store.schema import DumpParts, coerce_calls
 
 __all__ = ["DumpFormatError", "RankDir", "find_rank_dirs", "load_tensor_file", "parse_call", "read_msprobe"]

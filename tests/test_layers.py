@@ -1,0 +1,53 @@
+"""Layering: comparing msprobe dumps needs neither torch nor h5py, and the analysis layer imports no capture
+module that needs torch (each is checked in a fresh interpreter, since this test process has both loaded)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "data" / "samples"
+#: capture modules the analysis layer may import: they hold plain data and import no torch
+TORCH_FREE_CAPTURE = {"msprobe_nb.capture", "msprobe_nb.capture.random_apis"}
+
+
+def _run(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line."""
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_analysis_modules_import_no_torch():
+    modules = sorted(f"msprobe_nb.analysis.{p.stem}" for p in (REPO / "msprobe_nb" / "analysis").glob("*.py")
+                     if p.stem != "__init__")
+    out = _run(f"""
+import importlib, json, sys
+found = {{}}
+for name in {modules!r}:
+    before = set(sys.modules)
+    importlib.import_module(name)
+    new = set(sys.modules) - before
+    found[name] = sorted(m for m in new if m == "torch" or m.startswith("msprobe_nb.capture"))
+print(json.dumps(found))
+""")
+    assert set(out) == set(modules)
+    for name, imported in out.items():
+        assert "torch" not in imported, f"import {name} imports torch"
+        assert set(imported) <= TORCH_FREE_CAPTURE, f"import {name} imports {imported}"
+
+
+def test_dump_format_error_is_one_light_class():
+    out = _run("""
+import json, sys
+import msprobe_nb.store.errors as errors
+light = sorted(m for m in ("torch", "h5py", "numpy", "pandas") if m in sys.modules)
+import msprobe_nb as mp
+from msprobe_nb.store import hdf5_reader, msprobe_reader
+print(json.dumps({"light": light, "same": mp.DumpFormatError is errors.DumpFormatError
+                  is hdf5_reader.DumpFormatError is msprobe_reader.DumpFormatError,
+                  "value_error": issubclass(errors.DumpFormatError, ValueError)}))
+""")
+    assert out == {"light": [], "same": True, "value_error": True}
