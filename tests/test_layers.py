@@ -20,6 +20,29 @@ def _run(code: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def test_loading_and_comparing_msprobe_dumps_imports_neither_torch_nor_h5py(tmp_path: Path):
+    bad = tmp_path / "rank0"
+    bad.mkdir()
+    (bad / "dump.json").write_text('{"data": {"Torch.add.0.forward": ')  # truncated: refused
+    out = _run(f"""
+import json, sys
+import msprobe_nb as mp
+a, b = mp.load({str(SAMPLES / "denoiser_npu")!r}), mp.load({str(SAMPLES / "denoiser_bench")!r})
+result = mp.compare(a, b, progress=False)
+by_path = mp.compare({str(SAMPLES / "denoiser_npu")!r}, {str(SAMPLES / "denoiser_bench")!r}, progress=False)
+try:
+    mp.load({str(bad)!r})
+    refused = False
+except mp.DumpFormatError:
+    refused = True
+print(json.dumps({{"rows": len(result),
+                  "same": result.counts() == by_path.counts(), "refused": refused,
+                  "heavy": sorted(m for m in ("torch", "h5py") if m in sys.modules)}}))
+""")
+    assert out["heavy"] == [], f"imported {out['heavy']} to load and compare msprobe dumps"
+    assert out["same"] and out["refused"] and out["rows"] > 0
+
+
 def test_analysis_modules_import_no_torch():
     modules = sorted(f"msprobe_nb.analysis.{p.stem}" for p in (REPO / "msprobe_nb" / "analysis").glob("*.py")
                      if p.stem != "__init__")

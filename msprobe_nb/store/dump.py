@@ -6,6 +6,7 @@ tree), lazy whole tensors, step/rank subsets, a summary for ``info`` and export 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from msprobe_nb.store.schema import DumpParts, coerce_calls
 __all__ = ["Dump", "load"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")  # hdf5_writer.RANK_FILE_RE, without importing h5py
 _KINDS = ("auto", "hdf5", "msprobe")
 
 
@@ -228,20 +230,32 @@ def _takes_step_rank(loader: Any) -> bool:
     return "step" in params and "rank" in params
 
 
-def _looks_hdf5(path: Path) -> bool:
-    """True for an HDF5 file, or a folder holding rank*.h5 files (fallback when hdf5_reader is absent)."""
-    files = [path] if path.is_file() else sorted(path.glob("*.h5")) if path.is_dir() else []
-    for f in files[:1]:
-        with open(f, "rb") as fh:
-            if fh.read(8) == _HDF5_MAGIC:
-                return True
-    return False
+def _is_kit_hdf5(path: Path) -> bool:
+    """Whether ``path`` is for the HDF5 reader, judged by signature and name only (no h5py import, no parse).
+
+    A file starting with the HDF5 signature, or named like a kit rank file (``rank<N>.h5``, ``*.h5``,
+    ``*.hdf5``), or a folder holding ``rank<N>.h5`` files: a damaged one then gets the HDF5 reader's
+    diagnosis (truncated, empty, not a kit dump) instead of being read as JSON.
+    """
+    if path.is_dir():
+        try:
+            return any(_RANK_FILE_RE.match(p.name) for p in path.iterdir())
+        except OSError:
+            return False
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == _HDF5_MAGIC
+    except OSError:
+        return False
 
 
 def load(path: str | Path, kind: str = "auto") -> Dump:
     """Open a dump: the kit's HDF5 dump or an msprobe dump (dump.json, rank dir, step dir or dump root).
 
-    ``kind`` forces the reader: "hdf5" or "msprobe"; "auto" detects it.
+    ``kind`` forces the reader: "hdf5" or "msprobe"; "auto" decides by file signature and name (HDF5
+    signature, ``rank<N>.h5``), so a damaged kit file gets the HDF5 reader's diagnosis.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -249,11 +263,7 @@ def load(path: str | Path, kind: str = "auto") -> Dump:
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file or folder")
     if kind == "auto":
-        try:
-            from msprobe_nb.store.hdf5_reader import is_hdf5_dump
-        except ImportError:
-            is_hdf5_dump = _looks_hdf5
-        kind = "hdf5" if is_hdf5_dump(p) else "msprobe"
+        kind = "hdf5" if _is_kit_hdf5(p) else "msprobe"
     if kind == "hdf5":
         from msprobe_nb.store.hdf5_reader import read_hdf5
 
