@@ -4,12 +4,18 @@ the file and what is wrong (issue 14)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 import msprobe_nb as mp
+from msprobe_nb.cli import main
+from msprobe_nb.store.dump import load
 from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.msprobe_reader import load_tensor_file
 
 ESCAPING = "../../../../outside/ESCAPED.0.forward"
 
@@ -69,5 +75,129 @@ def test_truncated_kit_dump_gets_the_hdf5_diagnosis(tmp_path: Path):
     with pytest.raises(DumpFormatError, match="HDF5|truncated") as e:
         mp.load(tmp_path / "kit")
     assert "rank0.h5" in str(e.value) and "msprobe dump found" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- C: hostile JSON
+def _deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+_CALL = '"Torch.add.0.forward"'
+HOSTILE = {
+    "990 levels": ('{"data": {' + _CALL + ': {"input_args": ' + _deep(990) + ', "output": []}}}', "nested too deep"),
+    "300 levels": ('{"data": {' + _CALL + ': {"input_args": ' + _deep(300) + ', "output": []}}}',
+                   "deeper than 100 levels"),
+    "300 levels in a value": ('{"data": {' + _CALL + ': {"input_args": [{"type": "list", "value": ' + _deep(300)
+                              + '}]}}}', "deeper than 100 levels"),
+    "5001 digits": ('{"data": {' + _CALL + ': {"input_args": [{"type": "int", "value": ' + "1" * 5001 + '}]}}}',
+                    "too many digits"),
+    "huge shape": (_dump_json({"Torch.add.0.forward": {"input_args": [_t(shape=[10 ** 30, 2])]}}),
+                   r'\["shape"\].*more elements'),
+    "huge shape product": (_dump_json({"Torch.add.0.forward": {"input_args": [_t(shape=[2 ** 40] * 2)]}}),
+                           r'\["shape"\].*more elements'),
+    "negative shape": (_dump_json({"Torch.add.0.forward": {"input_args": [_t(shape=[-3, 2])]}}),
+                       r'\["shape"\].*negative'),
+    "input_args a string": (_dump_json({"Torch.add.0.forward": {"input_args": "hello"}}),
+                            r'\["input_args"\] is \'hello\', expected a list'),
+    "output a number": (_dump_json({"Torch.add.0.forward": {"output": 5}}), r'\["output"\] is 5, expected'),
+    "type 5": (_dump_json({"Torch.add.0.forward": {"input_args": [{"type": 5, "value": 3}]}}),
+               r'\["type"\] is 5, expected a type name'),
+    "duplicate data key": ('{"task": "statistics", "data": {' + _CALL + ': {"input_args": []}}, "data": {}}',
+                           "key 'data' appears twice"),
+    "huge stat": (_dump_json({"Torch.add.0.forward": {"input_args": [_t(Max=10 ** 400)]}}),
+                  r'\["Max"\].*beyond the range of a float'),
+    "dtype a list": (_dump_json({"Torch.add.0.forward": {"input_args": [_t(dtype=["x"])]}}),
+                     r'\["dtype"\].*expected a string'),
+    "task an object": ('{"task": {"a": 1}, "data": {}}', r'"task" is .*expected a string'),
+    "deep construct value": (None, "construct.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_dump_json_is_a_dump_format_error(tmp_path: Path, case: str, capsys):
+    text, pattern = HOSTILE[case]
+    folder = tmp_path / "rank0"
+    folder.mkdir()
+    if text is None:  # the side files are hostile too
+        text = _dump_json({"Torch.add.0.forward": {"output": [_t()]}})
+        (folder / "construct.json").write_text('{"Torch.add.0.forward": ' + _deep(300) + "}")
+    (folder / "dump.json").write_text(text, encoding="utf-8")
+    with pytest.raises(DumpFormatError, match=pattern) as e:
+        load(folder)
+    assert str(folder) in str(e.value)
+    assert main(["compare", str(folder), str(folder), "-q"]) == 2  # through compare and the CLI: no internal error
+    err = capsys.readouterr().err
+    assert err.startswith("msprobe-nb: error:") and str(folder) in err and "internal error" not in err
+
+
+def test_dump_json_with_a_bom_is_accepted(tmp_path: Path):
+    folder = tmp_path / "rank0"
+    folder.mkdir()
+    text = _dump_json({"Torch.add.0.forward": {"input_args": [_t()], "input_kwargs": {}, "output": [_t()]}})
+    (folder / "dump.json").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (folder / "construct.json").write_bytes(b"\xef\xbb\xbf{}")
+    assert len(load(folder).calls) == 2
+
+
+def test_unicode_digit_counter_is_not_a_counter(tmp_path: Path):
+    folder = _rank(tmp_path / "rank0", {"Torch.add.\u00b2.forward": {"output": [_t()]},
+                                        "Torch.add." + "9" * 30 + ".forward": {"output": [_t()]}})
+    c = load(folder).calls
+    assert list(c["counter"]) == [0, 0]
+
+
+# ----------------------------------------------------------------------------- C: tensor files
+@pytest.mark.parametrize("array, pattern", [
+    (np.array(["ab", "cd"], dtype="<U2"), "dtype '<U2'"),
+    (np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]), "dtype"),
+    (np.zeros(2, dtype="datetime64[s]"), "dtype"),
+    (np.zeros(2, dtype=np.longdouble), "dtype"),
+])
+def test_npy_of_non_numeric_dtype_is_refused(tmp_path: Path, array: np.ndarray, pattern: str):
+    f = tmp_path / "t.npy"
+    np.save(f, array, allow_pickle=False)
+    with pytest.raises(DumpFormatError, match=pattern) as e:
+        load_tensor_file(f)
+    assert str(f) in str(e.value)
+
+
+def test_npy_header_claiming_more_than_the_file_holds_is_refused(tmp_path: Path):
+    f = tmp_path / "t.npy"
+    with open(f, "wb") as fh:  # 40 GB claimed, 16 bytes present: refused from the header, nothing allocated
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False, "shape": (10 ** 10,)})
+        fh.write(b"\0" * 16)
+    with pytest.raises(DumpFormatError, match="header claims.*truncated") as e:
+        load_tensor_file(f)
+    assert str(f) in str(e.value)
+
+
+def test_npy_big_endian_and_unsigned_load(tmp_path: Path):
+    for dtype in (">f4", ">i8", "u2", "?", "c8"):
+        f = tmp_path / f"t{dtype.strip('<>?')}.npy"
+        np.save(f, np.arange(3).astype(dtype))
+        assert load_tensor_file(f).tolist() == np.arange(3).astype(dtype).tolist()
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_pt_files_load_with_weights_only(tmp_path: Path, monkeypatch):
+    f = tmp_path / "t.pt"
+    torch.save(_Payload(), f)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # cannot override an explicit weights_only=True
+    with pytest.raises(DumpFormatError, match="cannot load the tensor safely"):
+        load_tensor_file(f)
+    seen = {}
+    real = torch.load
+
+    def spy(*a, **kw):
+        seen.update(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch, "load", spy)
+    torch.save(torch.ones(1), f)
+    assert load_tensor_file(f).item() == 1.0 and seen.get("weights_only") is True
 
 

@@ -3,13 +3,16 @@
 One row per leaf of every record, named like the rows of msprobe's compare CSV, so that a dump made by
 msprobe on a real Ascend machine can be analysed and compared exactly like one recorded by msprobe_nb.
 Whole tensors are loaded lazily and only through pickle-free loaders (``torch.load(weights_only=True)``,
-``numpy.load(allow_pickle=False)``).
+``numpy.load(allow_pickle=False)``, numeric dtypes only). Dump content is untrusted: every malformed or
+hostile input (deep nesting, huge numbers, impossible shapes, duplicate keys) is a DumpFormatError naming
+the file and what is wrong, never a crash deeper down.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +39,16 @@ RECORD_KEYS = {
     "parameters": ("parameters", False),
 }
 MICRO_STEP_KEY = "megatron_micro_step_number"
-_RANK_RE = re.compile(r"rank(\d*)")
-_PROC_RE = re.compile(r"proc(\d+)")
-_STEP_RE = re.compile(r"step(\d+)")
+# ASCII digits only, and few enough to fit the int32 step/rank/counter columns
+_RANK_RE = re.compile(r"rank([0-9]{0,9})")
+_PROC_RE = re.compile(r"proc([0-9]+)")
+_STEP_RE = re.compile(r"step([0-9]{1,9})")
+#: deepest nesting accepted inside one record (msprobe writes a handful of levels; Python recursion ends near 1000)
+MAX_DEPTH = 100
+#: largest element count a shape may claim (numel is an int64 column)
+_MAX_NUMEL = 2 ** 63 - 1
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 3, 300, 80, 6, 4
 
 
 @dataclass
@@ -122,19 +132,47 @@ def _single(dump_json: Path) -> RankDir:
 
 # ----------------------------------------------------------------------------- JSON helpers
 
+class _DuplicateKey(Exception):
+    """Raised inside json.loads by _unique_keys; read_json turns it into a DumpFormatError naming the file."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: refuse a key given twice in one object (json would silently keep the last one)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
+def show(value: Any) -> str:
+    """A short repr for error messages: bounded in depth and length, so hostile values cannot blow it up."""
+    return _SHOW.repr(value)
+
+
 def read_json(path: Path) -> Any:
-    """Parse one JSON file; corrupt or truncated text becomes a DumpFormatError naming file, line and column."""
+    """Parse one JSON file. Corrupt, truncated or hostile text (bad UTF-8, duplicate keys, nesting Python
+    cannot parse, integers of more digits than Python converts) is a DumpFormatError naming the file and
+    what is wrong. A UTF-8 byte order mark is accepted, as configs accept one."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DumpFormatError(f"{path}: not UTF-8 text (byte {e.start}); is this really a JSON file?") from None
     if not text.strip():
         raise DumpFormatError(f"{path}: the file is empty (msprobe flushes JSON only at stop()/step())")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         hint = " (the file looks truncated)" if e.pos >= len(text.rstrip()) else ""
         raise DumpFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from None
+    except _DuplicateKey as e:
+        raise DumpFormatError(f"{path}: key {show(e.args[0])} appears twice in one object; refusing to guess "
+                              "which one msprobe meant") from None
+    except RecursionError:
+        raise DumpFormatError(f"{path}: JSON nested too deeply to parse (msprobe nests a few levels)") from None
+    except ValueError as e:  # int("<4301+ digits>") inside the decoder
+        first = str(e).split(";")[0]
+        raise DumpFormatError(f"{path}: a number has too many digits to read ({first})") from None
 
 
 def _where(call: str, path: tuple) -> str:
@@ -142,6 +180,11 @@ def _where(call: str, path: tuple) -> str:
 
 
 # ----------------------------------------------------------------------------- call names
+
+def _is_counter(token: str) -> bool:
+    """ASCII digits that fit the int32 counter column ("²".isdigit() is true, int("²") fails)."""
+    return 0 < len(token) <= 9 and token.isascii() and token.isdigit()
+
 
 def parse_call(call: str) -> dict[str, Any]:
     """Split a call name into family, op, module_path, counter, direction.
@@ -157,13 +200,13 @@ def parse_call(call: str) -> dict[str, Any]:
         if idx is not None:
             tail = parts[idx + 1:]
             out.update(direction=parts[idx], op=parts[idx - 1], module_path=".".join(parts[1:idx - 1]))
-            if len(tail) == 1 and tail[0].isdigit():
+            if len(tail) == 1 and _is_counter(tail[0]):
                 out["counter"] = int(tail[0])
             return out
-    elif len(parts) >= 4 and parts[-1] in DIRECTIONS and parts[-2].isdigit():
+    elif len(parts) >= 4 and parts[-1] in DIRECTIONS and _is_counter(parts[-2]):
         out.update(op=".".join(parts[1:-2]), counter=int(parts[-2]), direction=parts[-1])
         return out
-    if len(parts) >= 3 and parts[-2].isdigit():  # e.g. debug.json "<name>.<n>.debug"
+    if len(parts) >= 3 and _is_counter(parts[-2]):  # e.g. debug.json "<name>.<n>.debug"
         out.update(op=".".join(parts[1:-2]), counter=int(parts[-2]), direction=parts[-1])
     else:
         out["op"] = ".".join(parts[1:])
@@ -172,21 +215,51 @@ def parse_call(call: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- leaves -> rows
 
-def _is_leaf(node: Any) -> bool:
-    """A record leaf: a tensor/value dict (has a string ``type``/``class_type``), null or a bare scalar."""
+def _is_leaf(node: Any, file: Path, call: str, path: tuple) -> bool:
+    """A record leaf: a tensor/value dict (has a string ``type``/``class_type``), null or a bare scalar.
+
+    A dict whose ``type`` is a number or true/false is neither a leaf nor a container of arguments: refused.
+    """
     if isinstance(node, dict):
-        return isinstance(node.get("type"), str) or isinstance(node.get("class_type"), str)
+        typ = node.get("type")
+        if typ.__class__ is str:  # the common case, first
+            return True
+        cls = node.get("class_type")
+        if isinstance(typ, str) or isinstance(cls, str):
+            return True
+        for key, v in (("type", typ), ("class_type", cls)):
+            if isinstance(v, (bool, int, float)):
+                raise DumpFormatError(f"{file}: {_where(call, path + (key,))} is {show(v)}, expected a type name")
+        return False
     return not isinstance(node, list)
 
 
-def _leaves(node: Any, arg: str, path: tuple):
+def _too_deep(file: Path, call: str, path: tuple) -> DumpFormatError:
+    return DumpFormatError(f"{file}: {_where(call, path[:3])}... nests deeper than {MAX_DEPTH} levels "
+                           "(msprobe nests a few)")
+
+
+def _leaves(node: Any, arg: str, path: tuple, file: Path, call: str):
     """Yield ``(arg, json_path, leaf)`` for every leaf below ``node``; lists give '0', '1', dicts their keys."""
-    if _is_leaf(node):
+    if _is_leaf(node, file, call, path):
         yield arg, path, node
         return
+    if len(path) >= MAX_DEPTH:
+        raise _too_deep(file, call, path)
     items = enumerate(node) if isinstance(node, list) else node.items()
     for key, child in items:
-        yield from _leaves(child, f"{arg}.{key}" if arg else str(key), path + (key,))
+        yield from _leaves(child, f"{arg}.{key}" if arg else str(key), path + (key,), file, call)
+
+
+def _check_depth(node: Any, file: Path, call: str, path: tuple) -> None:
+    """Refuse a value leaf nested beyond MAX_DEPTH (json.dumps, and whoever reads it back, recurse)."""
+    todo = [(node, len(path))]
+    while todo:
+        n, depth = todo.pop()
+        children = n.values() if isinstance(n, dict) else n if isinstance(n, list) else ()
+        if children and depth >= MAX_DEPTH:
+            raise _too_deep(file, call, path)
+        todo.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
 def _stat(value: Any, file: Path, call: str, path: tuple) -> float:
@@ -194,14 +267,54 @@ def _stat(value: Any, file: Path, call: str, path: tuple) -> float:
     if value is None:
         return math.nan
     if isinstance(value, (bool, int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond 1.8e308
+            raise DumpFormatError(f"{file}: {_where(call, path)} is an integer of {len(str(value))} digits, "
+                                  "beyond the range of a float") from None
     if isinstance(value, str):
         try:
             return float(value.strip())
         except ValueError:
             pass
-    raise DumpFormatError(f"{file}: {_where(call, path)} is {value!r}, "
+    raise DumpFormatError(f"{file}: {_where(call, path)} is {show(value)}, "
                           "expected a number, true/false, null, 'inf' or 'nan'")
+
+
+def _text(leaf: dict, key: str, file: Path, call: str, path: tuple) -> str:
+    """A string field of a tensor leaf (dtype, md5, data_name): a string or null, never a container."""
+    v = leaf.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise DumpFormatError(f"{file}: {_where(call, path + (key,))} is {show(v)}, expected a string")
+    return v
+
+
+def _shape(shape: Any, file: Path, call: str, path: tuple) -> tuple[tuple[int, ...], int]:
+    """(shape, numel) of a tensor leaf: non-negative integers whose product fits the int64 numel column."""
+    if shape.__class__ is list:  # one pass for the common case; the checks below only name what is wrong
+        numel = 1
+        for v in shape:
+            if v.__class__ is not int or v < 0:
+                break
+            numel *= v
+        else:
+            if numel <= _MAX_NUMEL:
+                return tuple(shape), numel
+    if not (isinstance(shape, list) and all(type(v) is int for v in shape)):
+        raise DumpFormatError(f'{file}: {_where(call, path + ("shape",))} is {show(shape)}, '
+                              "expected a list of integers")
+    if any(v < 0 for v in shape):
+        raise DumpFormatError(f'{file}: {_where(call, path + ("shape",))} is {show(shape)}: '
+                              "a dimension is negative")
+    numel = 1
+    for v in shape:  # stops early: a hostile shape may hold thousands of huge dimensions
+        numel *= v
+        if numel > _MAX_NUMEL:
+            raise DumpFormatError(f'{file}: {_where(call, path + ("shape",))} is {show(shape)}: '
+                                  "more elements than any tensor can hold (2**63)")
+    return tuple(shape), numel
 
 
 _BASE_COLS = ("step", "rank", "call_index", "call", "family", "op", "module_path", "counter", "direction",
@@ -251,15 +364,10 @@ def _leaf_values(leaf: Any, file: Path, call: str, path: tuple) -> tuple:
         return ("value", "", None, None, None, *_NAN4, "", "", json.dumps(leaf, ensure_ascii=False), "")
     typ = leaf.get("type") if isinstance(leaf.get("type"), str) else leaf.get("class_type")
     if typ in TENSOR_TYPES or ("dtype" in leaf and "shape" in leaf and "value" not in leaf):
-        shape = leaf.get("shape")
-        if shape is not None:
-            if not (isinstance(shape, list) and all(type(v) is int for v in shape)):
-                raise DumpFormatError(f'{file}: {_where(call, path + ("shape",))} is {shape!r}, '
-                                      "expected a list of integers")
-            shape = tuple(shape)
+        shape, numel = (None, None) if leaf.get("shape") is None else _shape(leaf["shape"], file, call, path)
         rg = leaf.get("requires_grad")
         if rg is not None and not isinstance(rg, bool):
-            raise DumpFormatError(f'{file}: {_where(call, path + ("requires_grad",))} is {rg!r}, '
+            raise DumpFormatError(f'{file}: {_where(call, path + ("requires_grad",))} is {show(rg)}, '
                                   "expected true/false")
         stats = []
         for key in STAT_KEYS:
@@ -268,14 +376,27 @@ def _leaf_values(leaf: Any, file: Path, call: str, path: tuple) -> tuple:
                 stats.append(v)
             else:
                 stats.append(_stat(v, file, call, path + (key,)))
-        return ("tensor", str(leaf.get("dtype") or ""), shape, None if shape is None else math.prod(shape), rg,
-                *stats, str(leaf.get("md5") or ""), "" if typ == "torch.Tensor" else typ, "",
-                str(leaf.get("data_name") or ""))
+        dtype, md5, data_name = leaf.get("dtype", ""), leaf.get("md5", ""), leaf.get("data_name", "")
+        if not (dtype.__class__ is md5.__class__ is data_name.__class__ is str):
+            dtype, md5, data_name = (_text(leaf, k, file, call, path) for k in ("dtype", "md5", "data_name"))
+        return ("tensor", dtype, shape, numel, rg, *stats, md5, "" if typ == "torch.Tensor" else typ, "", data_name)
+    if any(v.__class__ is list or v.__class__ is dict for v in leaf.values()):
+        _check_depth(leaf, file, call, path)
     if len(leaf) == 2 and "value" in leaf and "type" in leaf:
         value = json.dumps(leaf["value"], ensure_ascii=False)
     else:  # torch.memory_format, P2POp...: keep the whole record so the writer can give it back verbatim
         value = json.dumps(leaf, ensure_ascii=False)
     return ("value", "", None, None, None, *_NAN4, "", typ, value, "")
+
+
+def _check_record_value(key: str, value: Any, file: Path, call: str) -> None:
+    """A record's top-level values: input_args a list, input_kwargs an object, anything else a list, an object
+    or null (bare values such as "..." only occur inside them)."""
+    want = {"input_args": (list,), "input_kwargs": (dict,)}.get(key, (list, dict, type(None)))
+    if not isinstance(value, want):
+        names = {list: "a list", dict: "an object", type(None): "null"}
+        raise DumpFormatError(f"{file}: {_where(call, (key,))} is {show(value)}, expected "
+                              f"{' or '.join(names[t] for t in want)}")
 
 
 def _read_records(rd: RankDir, data: dict, builder: _RowBuilder, call_stack: dict, construct: dict) -> None:
@@ -289,13 +410,16 @@ def _read_records(rd: RankDir, data: dict, builder: _RowBuilder, call_stack: dic
         ordinal = len(builder.calls) - 1
         grads = p["direction"] == "parameters_grad"
         for key, value in record.items():
+            kind = value.__class__
+            if not ((kind is list and key != "input_kwargs") or (kind is dict and key != "input_args")):
+                _check_record_value(key, value, file, call)  # null is fine for keys other than these two
             if grads:  # {param: [stats]}: the row is named <call>.<param>
                 io, is_kwarg, prefix = "parameters_grad", False, str(key)
                 if isinstance(value, list) and len(value) == 1:
                     value = value[0]
             else:
                 (io, is_kwarg), prefix = RECORD_KEYS.get(key, (key, False)), ""
-            for arg, path, leaf in _leaves(value, prefix, (key,)):
+            for arg, path, leaf in _leaves(value, prefix, (key,), file, call):
                 name = f"{call}.{arg}" if grads else (f"{call}.{io}.{arg}" if arg else f"{call}.{io}")
                 builder.row_call.append(ordinal)
                 builder.rows.append((name, io, arg, is_kwarg, *_leaf_values(leaf, file, call, path)))
@@ -323,12 +447,13 @@ def _read_stack(rd: RankDir, stacks: dict[int, list[str]], ids: dict[tuple, int]
         elif isinstance(entry, list) and all(isinstance(f, str) for f in entry):
             calls, frames = [key], entry
         else:
-            raise DumpFormatError(f'{file}: ["{key}"] is neither [[calls], [frames]] nor a list of frames')
-        frames = [str(f) for f in frames]
+            raise DumpFormatError(f"{file}: [{show(key)}] is neither [[calls], [frames]] nor a list of frames")
+        if not all(isinstance(x, str) for x in (*calls, *frames)):
+            raise DumpFormatError(f"{file}: [{show(key)}] holds a call or frame that is not a string")
         sid = ids.setdefault(tuple(frames), len(ids))
-        stacks.setdefault(sid, frames)
+        stacks.setdefault(sid, list(frames))
         for call in calls:
-            out[str(call)] = sid
+            out[call] = sid
     return out
 
 
@@ -339,13 +464,16 @@ def _read_construct(rd: RankDir, meta_extra: dict) -> dict[str, str]:
     micro: dict[str, Any] = {}
     for call, value in obj.items():
         if call == MICRO_STEP_KEY:
+            if isinstance(value, (list, dict)):
+                raise DumpFormatError(f"{file}: [{show(call)}] is {show(value)}, expected a number")
             meta_extra[MICRO_STEP_KEY] = value
             continue
-        if isinstance(value, list) and len(value) == 2 and (value[0] is None or isinstance(value[0], str)):
+        if (isinstance(value, list) and len(value) == 2 and (value[0] is None or isinstance(value[0], str))
+                and not isinstance(value[1], (list, dict))):
             value, micro[call] = value
         if value is not None and not isinstance(value, str):
-            raise DumpFormatError(f'{file}: ["{call}"] is {value!r}, expected a parent call name, null '
-                                  f'or [parent, micro_step]')
+            raise DumpFormatError(f"{file}: [{show(call)}] is {show(value)}, expected a parent call name, null "
+                                  f"or [parent, micro_step]")
         out[call] = value or ""
     if micro:
         meta_extra["micro_step"] = micro
@@ -354,30 +482,49 @@ def _read_construct(rd: RankDir, meta_extra: dict) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- tensors
 
+def _check_npy(path: Path) -> None:
+    """Refuse an .npy file from its header alone, before numpy reads (or allocates) anything: non-numeric
+    or structured dtypes, and headers claiming more bytes than the file holds."""
+    fmt = np.lib.format
+    with open(path, "rb") as fh:
+        version = fmt.read_magic(fh)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(fh)
+        offset = fh.tell()
+    if dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufc" \
+            or dtype.itemsize > (16 if dtype.kind == "c" else 8):
+        raise DumpFormatError(f"{path}: holds a numpy array of dtype {dtype.str!r} ({dtype}); only plain "
+                              "bool, integer, float and complex tensors are accepted")
+    need = math.prod(shape) * dtype.itemsize
+    have = path.stat().st_size - offset
+    if need > have:
+        raise DumpFormatError(f"{path}: its header claims shape {show(shape)} ({need} bytes) but the file holds "
+                              f"{have} bytes of data (truncated or corrupt)")
+
+
 def load_tensor_file(path: str | Path) -> Any:
-    """Load one saved tensor without unpickling arbitrary objects (.pt: weights_only, .npy: no pickle)."""
+    """Load one saved tensor without unpickling anything: .pt through ``torch.load(weights_only=True)``
+    (explicit, so no environment variable turns it off), .npy through ``numpy.load(allow_pickle=False)``
+    after its header says plain numbers (bool, integers, floats, complex)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: tensor file not found")
     try:
         if path.suffix == ".npy":
+            _check_npy(path)
             arr = np.load(path, allow_pickle=False)
-        else:
             import torch
 
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=False))
+        import torch
+
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except DumpFormatError:
+        raise
     except Exception as e:  # any failure of the safe loaders means a bad or unsafe file
         first = (str(e).strip().splitlines() or [""])[0]
         raise DumpFormatError(f"{path}: cannot load the tensor safely ({type(e).__name__}: {first}); "
                               "only plain tensors are accepted, arbitrary pickled objects are refused") from None
-    if path.suffix == ".npy":
-        if arr.dtype.kind in "biufc":
-            import torch
-
-            return torch.from_numpy(arr)
-        return arr
-    import torch
-
     if not isinstance(obj, torch.Tensor):
         raise DumpFormatError(f"{path}: holds a {type(obj).__name__}, expected a single tensor")
     return obj
@@ -426,6 +573,9 @@ def read_msprobe(path: str | Path) -> DumpParts:
         head = read_json(rd.dump_json)
         if not isinstance(head, dict) or not isinstance(head.get("data"), dict):
             raise DumpFormatError(f'{rd.dump_json}: expected an object with a "data" object (msprobe dump.json)')
+        for key in ("task", "level", "framework", "dump_data_dir"):
+            if head.get(key) is not None and not isinstance(head[key], str):
+                raise DumpFormatError(f'{rd.dump_json}: "{key}" is {show(head[key])}, expected a string or null')
         extra: dict[str, Any] = {}
         call_stack = _read_stack(rd, stacks, stack_ids)
         construct = _read_construct(rd, extra)
