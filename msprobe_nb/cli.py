@@ -3,7 +3,7 @@
     msprobe-nb compare NPU BENCH [-o result.csv] [--fuzzy] [--mapping FILE] [--mode auto|statistics|tensor]
     msprobe-nb compare -i compare.json [-o DIR]      (msprobe's legacy input file)
     msprobe-nb info DUMP
-    msprobe-nb export DUMP -o DIR [--format msprobe]
+    msprobe-nb export DUMP -o DIR [--format msprobe] [--no-tensors] [--allow-outside]
 
 Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
 """
@@ -121,7 +121,7 @@ def cmd_export(a: argparse.Namespace) -> int:
 
     if a.format != "msprobe":
         raise UsageError(f"unknown export format {a.format!r} (supported: msprobe)")
-    out = load(a.dump).export_msprobe(a.output, tensors=not a.no_tensors)
+    out = load(a.dump, allow_outside=a.allow_outside).export_msprobe(a.output, tensors=not a.no_tensors)
     print(f"wrote {out}")
     return 0
 
@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", required=True, help="output folder")
     e.add_argument("--format", default="msprobe", help="msprobe (step{N}/rank{R}/dump.json ...)")
     e.add_argument("--no-tensors", action="store_true", help="do not copy tensor files")
+    e.add_argument("--allow-outside", action="store_true",
+                   help="read tensor files that symlinks or dump_data_dir place outside the dump folder "
+                        "(only for a dump you trust)")
     e.set_defaults(func=cmd_export)
     return p
 

@@ -8,14 +8,16 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import msprobe_nb as mp
 from msprobe_nb.cli import main
-from msprobe_nb.store.dump import load
+from msprobe_nb.store.dump import Dump, load
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.msprobe_reader import load_tensor_file
+from msprobe_nb.store.schema import DumpParts, coerce_calls
 
 ESCAPING = "../../../../outside/ESCAPED.0.forward"
 
@@ -46,6 +48,116 @@ def _tensor_rank(folder: Path, data_name: str = "x.pt", call: str = "Torch.add.0
 
 def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+# ----------------------------------------------------------------------------- A: writing stays inside -o
+def test_cli_export_of_escaping_record_name_stays_in_output_folder(tmp_path: Path, capsys):
+    src = _tensor_rank(tmp_path / "src" / "rank0", data_name="x.bin", call=ESCAPING)
+    torch.save(torch.tensor([0.0, 1.0]), src / "dump_tensor_data" / "x.bin")
+    (tmp_path / "outside").mkdir()  # where the record name points from out/step0/rank0/dump_tensor_data
+    out = tmp_path / "out"
+    before = _tree(tmp_path)
+    assert main(["export", str(src), "-o", str(out)]) == 0
+    capsys.readouterr()
+    created = _tree(tmp_path) - before
+    assert created and all(p.startswith("out") for p in created), sorted(created)
+    files = list((out / "step0" / "rank0" / "dump_tensor_data").iterdir())
+    assert len(files) == 1 and "/" not in files[0].name
+    back = load(out)  # the written data_name is the sanitised file name, and it loads back
+    assert torch.equal(back.tensor(f"{ESCAPING}.input.0"), torch.tensor([0.0, 1.0]))
+
+
+def _kit_dump(names: list[str]) -> Dump:
+    """A tensor-mode dump as the kit holds it (data_name "step0/<row name>") with the given row names."""
+    n = len(names)
+    calls = coerce_calls(pd.DataFrame({
+        "call_index": list(range(n)), "call": names, "name": [f"{c}.input.0" for c in names],
+        "io": ["input"] * n, "arg": ["0"] * n, "direction": ["forward"] * n, "family": ["Torch"] * n,
+        "kind": ["tensor"] * n, "dtype": ["torch.float32"] * n, "shape": [(1,)] * n, "numel": [1] * n,
+        "max": [float(i) for i in range(n)], "data_name": [f"step0/{c}.input.0" for c in names]}))
+    table = {f"step0/{c}.input.0": torch.tensor([float(i)]) for i, c in enumerate(names)}
+    return Dump(DumpParts(calls=calls, meta={"task": "tensor", "level": "L1"}, tensor_loader=table.__getitem__))
+
+
+def test_export_sanitises_every_name_made_from_dump_content(tmp_path: Path):
+    names = [ESCAPING, "/abs/olute.0.forward", "back\\slash.0.forward", "nul\x00and\nnewline.0.forward",
+             "lone \udc80 surrogate.0.forward", "long" + "x" * 400 + ".0.forward", "long" + "x" * 401 + ".0.forward"]
+    (tmp_path / "outside").mkdir()
+    before = _tree(tmp_path)
+    out = _kit_dump(names).export_msprobe(tmp_path / "out")
+    assert all(p.startswith("out") for p in _tree(tmp_path) - before)
+    files = sorted((out / "step0" / "rank0" / "dump_tensor_data").iterdir())
+    assert len(files) == len(names)  # the two long names stay distinct after cutting
+    assert all(len(f.name.encode()) <= 255 for f in files)
+    back = load(out)
+    for i, c in enumerate(names):
+        assert back.tensor(f"{c}.input.0").item() == float(i)
+
+
+def test_export_refuses_symlink_out_of_output_folder_and_name_collisions(tmp_path: Path):
+    dump = _kit_dump(["Torch.add.0.forward"])
+    victim = tmp_path / "victim.pt"
+    victim.write_bytes(b"keep me")
+    tensor_dir = tmp_path / "out" / "step0" / "rank0" / "dump_tensor_data"
+    tensor_dir.mkdir(parents=True)
+    (tensor_dir / "Torch.add.0.forward.input.0.pt").symlink_to(victim)  # planted before the export
+    with pytest.raises(DumpFormatError, match="outside the output folder"):
+        dump.export_msprobe(tmp_path / "out")
+    assert victim.read_bytes() == b"keep me" and not (tensor_dir.parent / "dump.json").exists()
+    with pytest.raises(DumpFormatError, match="would both be saved as") as e:  # "a/b" and "a_b" meet
+        _kit_dump(["a/b.0.forward", "a_b.0.forward"]).export_msprobe(tmp_path / "out2")
+    assert "a/b.0.forward.input.0" in str(e.value) and not (tmp_path / "out2" / "step0").exists()
+
+
+# ----------------------------------------------------------------------------- A: reading stays inside the dump
+def test_data_name_with_a_path_is_refused_at_load(tmp_path: Path):
+    folder = _tensor_rank(tmp_path / "rank0", data_name="../../outside/x.pt")
+    with pytest.raises(DumpFormatError, match=r'\["data_name"\].*plain file name') as e:
+        load(folder)
+    assert str(folder / "dump.json") in str(e.value)
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_dump_data_dir_outside_the_dump_is_not_read(tmp_path: Path, how: str):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    torch.save(torch.ones(2), outside / "x.pt")
+    ddd = str(outside) if how == "absolute" else "../elsewhere"
+    folder = _tensor_rank(tmp_path / "rank0", dump_data_dir=ddd)
+    d = load(folder)  # the statistics load; only reading the outside file is refused
+    with pytest.raises(DumpFormatError, match="outside the dump folder.*dump_data_dir") as e:
+        d.tensor("Torch.add.0.forward.input.0")
+    assert str(outside / "x.pt") in str(e.value) and "allow_outside=True" in str(e.value)
+    assert torch.equal(load(folder, allow_outside=True).tensor("Torch.add.0.forward.input.0"), torch.ones(2))
+
+
+def test_symlink_in_dump_tensor_data_leading_outside_is_refused(tmp_path: Path):
+    secret = tmp_path / "secret.pt"
+    torch.save(torch.zeros(2), secret)
+    folder = _tensor_rank(tmp_path / "dump" / "rank0")
+    (folder / "dump_tensor_data" / "x.pt").symlink_to(secret)
+    with pytest.raises(DumpFormatError, match="outside the dump folder.*symlink") as e:
+        load(folder).tensor("Torch.add.0.forward.input.0")
+    assert str(folder / "dump_tensor_data" / "x.pt") in str(e.value)
+    assert torch.equal(load(folder, allow_outside=True).tensor("Torch.add.0.forward.input.0"), torch.zeros(2))
+    # a symlink that stays inside the folder loaded is fine
+    torch.save(torch.full((2,), 3.0), folder / "real.pt")
+    (folder / "dump_tensor_data" / "x.pt").unlink()
+    (folder / "dump_tensor_data" / "x.pt").symlink_to(folder / "real.pt")
+    assert load(folder).tensor("Torch.add.0.forward.input.0")[0] == 3.0
+
+
+def test_cli_export_reads_outside_tensors_only_with_allow_outside(tmp_path: Path, capsys):
+    secret = tmp_path / "secret.pt"
+    torch.save(torch.zeros(2), secret)
+    folder = _tensor_rank(tmp_path / "dump" / "rank0")
+    (folder / "dump_tensor_data" / "x.pt").symlink_to(secret)
+    assert main(["export", str(folder), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("msprobe-nb: error:") and "outside the dump folder" in err and "--allow-outside" in err
+    assert main(["export", str(folder), "-o", str(tmp_path / "out2"), "--allow-outside"]) == 0
+    capsys.readouterr()
+    assert torch.equal(load(tmp_path / "out2").tensor("Torch.add.0.forward.input.0"), torch.zeros(2))
 
 
 # ----------------------------------------------------------------------------- B: the reader follows the signature

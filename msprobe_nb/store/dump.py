@@ -251,11 +251,13 @@ def _is_kit_hdf5(path: Path) -> bool:
         return False
 
 
-def load(path: str | Path, kind: str = "auto") -> Dump:
+def load(path: str | Path, kind: str = "auto", *, allow_outside: bool = False) -> Dump:
     """Open a dump: the kit's HDF5 dump or an msprobe dump (dump.json, rank dir, step dir or dump root).
 
     ``kind`` forces the reader: "hdf5" or "msprobe"; "auto" decides by file signature and name (HDF5
-    signature, ``rank<N>.h5``), so a damaged kit file gets the HDF5 reader's diagnosis.
+    signature, ``rank<N>.h5``), so a damaged kit file gets the HDF5 reader's diagnosis. For msprobe dumps,
+    tensor files are only read from inside the dump folder; ``allow_outside=True`` also follows an
+    absolute ``dump_data_dir`` and symlinks that lead outside it (only for dumps you trust).
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -270,4 +272,4 @@ def load(path: str | Path, kind: str = "auto") -> Dump:
         return Dump(read_hdf5(p))
     from msprobe_nb.store.msprobe_reader import read_msprobe
 
-    return Dump(read_msprobe(p))
+    return Dump(read_msprobe(p, allow_outside=allow_outside))

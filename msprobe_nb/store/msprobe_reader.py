@@ -3,9 +3,10 @@
 One row per leaf of every record, named like the rows of msprobe's compare CSV, so that a dump made by
 msprobe on a real Ascend machine can be analysed and compared exactly like one recorded by msprobe_nb.
 Whole tensors are loaded lazily and only through pickle-free loaders (``torch.load(weights_only=True)``,
-``numpy.load(allow_pickle=False)``, numeric dtypes only). Dump content is untrusted: every malformed or
-hostile input (deep nesting, huge numbers, impossible shapes, duplicate keys) is a DumpFormatError naming
-the file and what is wrong, never a crash deeper down.
+``numpy.load(allow_pickle=False)``, numeric dtypes only), and only from inside the dump folder unless the
+caller passes ``allow_outside=True``. Dump content is untrusted: every malformed or hostile input (deep
+nesting, huge numbers, impossible shapes, duplicate keys, path-like data names) is a DumpFormatError
+naming the file and what is wrong, never a crash deeper down.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import pandas as pd
 from msprobe_nb.store.errors import DumpFormatError  # one error class for every dump reader, without h5py
 from msprobe_nb.store.schema import DumpParts, coerce_calls
 
-__all__ = ["DumpFormatError", "RankDir", "find_rank_dirs", "load_tensor_file", "parse_call", "read_msprobe"]
+__all__ = ["DumpFormatError", "RankDir", "find_rank_dirs", "is_plain_file_name", "load_tensor_file", "parse_call",
+           "read_msprobe"]
 
 DIRECTIONS = ("forward", "backward", "parameters_grad")
 #: ``type`` values of leaves that carry tensor statistics.
@@ -291,6 +293,12 @@ def _text(leaf: dict, key: str, file: Path, call: str, path: tuple) -> str:
     return v
 
 
+def is_plain_file_name(name: str) -> bool:
+    """A single path component that cannot lead anywhere else: no folders, no "..", no NUL, at most 255 bytes."""
+    return (name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+            and len(name.encode("utf-8", "surrogatepass")) <= 255)
+
+
 def _shape(shape: Any, file: Path, call: str, path: tuple) -> tuple[tuple[int, ...], int]:
     """(shape, numel) of a tensor leaf: non-negative integers whose product fits the int64 numel column."""
     if shape.__class__ is list:  # one pass for the common case; the checks below only name what is wrong
@@ -379,6 +387,9 @@ def _leaf_values(leaf: Any, file: Path, call: str, path: tuple) -> tuple:
         dtype, md5, data_name = leaf.get("dtype", ""), leaf.get("md5", ""), leaf.get("data_name", "")
         if not (dtype.__class__ is md5.__class__ is data_name.__class__ is str):
             dtype, md5, data_name = (_text(leaf, k, file, call, path) for k in ("dtype", "md5", "data_name"))
+        if data_name and not is_plain_file_name(data_name):
+            raise DumpFormatError(f'{file}: {_where(call, path + ("data_name",))} is {show(data_name)}, expected '
+                                  'a plain file name in dump_tensor_data (no folders, no "..")')
         return ("tensor", dtype, shape, numel, rg, *stats, md5, "" if typ == "torch.Tensor" else typ, "", data_name)
     if any(v.__class__ is list or v.__class__ is dict for v in leaf.values()):
         _check_depth(leaf, file, call, path)
@@ -531,33 +542,56 @@ def load_tensor_file(path: str | Path) -> Any:
 
 
 class MsprobeTensorLoader:
-    """``loader(data_name, step=None, rank=None)``: the whole tensor saved under ``dump_tensor_data``."""
+    """``loader(data_name, step=None, rank=None)``: the whole tensor saved under ``dump_tensor_data``.
 
-    def __init__(self, folders: dict[tuple[int, int], list[Path]]):
+    ``folders`` maps (step, rank) to the folders to look in: the rank's dump_tensor_data first, then the
+    dump_data_dir its dump.json names. A file is read only if it resolves inside ``root`` (the dump folder):
+    a symlink or a dump_data_dir leading elsewhere is refused unless ``allow_outside`` (a dump you trust).
+    """
+
+    def __init__(self, folders: dict[tuple[int, int], list[Path]], root: str | Path | None = None,
+                 allow_outside: bool = False):
         self.folders = folders
+        self.root = None if root is None else Path(root).resolve()
+        self.allow_outside = allow_outside
 
     def __call__(self, data_name: str, step: int | None = None, rank: int | None = None) -> Any:
-        if Path(data_name).name != data_name or data_name in ("", ".", ".."):
+        if not isinstance(data_name, str) or not is_plain_file_name(data_name):
             raise DumpFormatError(f"data_name {data_name!r} is not a plain file name")
         keys = [k for k in self.folders if (step is None or k[0] == step) and (rank is None or k[1] == rank)]
         if not keys:
             raise KeyError(f"no step {step} / rank {rank} in this dump")
         found = {k: hit for k in keys
-                 if (hit := next((d / data_name for d in self.folders[k] if (d / data_name).is_file()), None))}
+                 if (hit := next(((i, d / data_name) for i, d in enumerate(self.folders[k])
+                                  if (d / data_name).is_file()), None))}
         if len(found) > 1:
             raise ValueError(f"{data_name!r} exists in several steps/ranks; pass step= and rank=")
         if not found:
             tried = ", ".join(str(d) for k in keys for d in self.folders[k])
             raise FileNotFoundError(f"{data_name}: tensor file not found in {tried} "
                                     "(only part of dump_tensor_data may have been copied)")
-        return load_tensor_file(next(iter(found.values())))
+        which, file = next(iter(found.values()))
+        if self.root is not None and not self.allow_outside:
+            real = file.resolve()
+            if not real.is_relative_to(self.root):
+                how = "its folder is the dump_data_dir that dump.json names" if which else "a symlink leads there"
+                raise DumpFormatError(f"{file}: resolves to {real}, outside the dump folder {self.root} ({how}); "
+                                      "not read. For a dump you trust, load(..., allow_outside=True) or "
+                                      "msprobe-nb export --allow-outside reads it")
+        return load_tensor_file(file)
 
 
 # ----------------------------------------------------------------------------- entry point
 
-def read_msprobe(path: str | Path) -> DumpParts:
-    """Read an msprobe dump (dump.json file, rank dir, step dir or dump root) into DumpParts."""
+def read_msprobe(path: str | Path, *, allow_outside: bool = False) -> DumpParts:
+    """Read an msprobe dump (dump.json file, rank dir, step dir or dump root) into DumpParts.
+
+    Tensor files are read only from inside the dump folder (``path``, or the folder of a dump.json given
+    directly); ``allow_outside=True`` also follows symlinks and a ``dump_data_dir`` that lead elsewhere.
+    """
     rank_dirs = find_rank_dirs(path)
+    src = Path(path)
+    root = (src if src.is_dir() else src.parent).resolve()
     builder = _RowBuilder()
     stacks: dict[int, list[str]] = {}
     stack_ids: dict[tuple, int] = {}
@@ -583,8 +617,8 @@ def read_msprobe(path: str | Path) -> DumpParts:
             construct_all.setdefault(k, v)
         _read_records(rd, head["data"], builder, call_stack, construct)
         tensor_dirs = [rd.folder / "dump_tensor_data"]
-        if isinstance(head.get("dump_data_dir"), str) and Path(head["dump_data_dir"]).is_dir():
-            tensor_dirs.append(Path(head["dump_data_dir"]))
+        if head.get("dump_data_dir") and (rd.folder / head["dump_data_dir"]).is_dir():  # relative: to the rank
+            tensor_dirs.append(rd.folder / head["dump_data_dir"])
         folders[(rd.step, rd.rank)] = tensor_dirs
         for key in ("task", "level", "framework"):
             value = str(head.get(key) or "")
@@ -594,6 +628,5 @@ def read_msprobe(path: str | Path) -> DumpParts:
         meta["ranks"].append({"step": rd.step, "rank": rd.rank, "path": str(rd.folder),
                               "dump_data_dir": head.get("dump_data_dir"), **extra})
         meta["notes"].extend(rd.notes)
-    src = Path(path)
     return DumpParts(calls=builder.frame(), stacks=stacks, construct=construct_all, meta=meta,
-                     tensor_loader=MsprobeTensorLoader(folders), source=str(src.resolve()))
+                     tensor_loader=MsprobeTensorLoader(folders, root, allow_outside), source=str(src.resolve()))

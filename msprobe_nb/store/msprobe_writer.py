@@ -6,6 +6,7 @@ order), stack.json (new ``{id: [[calls], [frames]]}`` format), construct.json an
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from msprobe_nb.store.msprobe_reader import MICRO_STEP_KEY
+from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.msprobe_reader import MICRO_STEP_KEY, is_plain_file_name
 
 if TYPE_CHECKING:
     from msprobe_nb.store.dump import Dump
@@ -77,13 +79,28 @@ def _tensor_out(row: Any) -> dict[str, Any]:
 
 
 def msprobe_data_name(data_name: str, name: str) -> str:
-    """File name of a row's tensor in dump_tensor_data: msprobe's own names are kept, others (the kit keys
-    tensors as ``step{N}/<row name>``, shared by rows holding the same tensor) become ``<row name>.pt``."""
+    """File name of a row's tensor in dump_tensor_data: msprobe's own names are kept when they are plain file
+    names, others (the kit keys tensors as ``step{N}/<row name>``, shared by rows holding the same tensor)
+    become ``<row name>.pt``, made safe by :func:`safe_file_name` (a row name is dump content, and may hold
+    "/" or "..")."""
     if not data_name:
         return ""
-    if "/" not in data_name and "\\" not in data_name and data_name.endswith((".pt", ".npy")):
+    if data_name.endswith((".pt", ".npy")) and is_plain_file_name(data_name):
         return data_name
-    return f"{name}.pt"
+    return safe_file_name(name) + ".pt"
+
+
+def safe_file_name(name: str, limit: int = 200) -> str:
+    """``name`` as one file name that stays in its folder: path separators, NUL, control characters and lone
+    surrogates become "_"; a name over ``limit`` UTF-8 bytes is cut and ends in a hash of the whole name, so
+    that long names stay distinct (file systems refuse names over 255 bytes)."""
+    safe = "".join("_" if c in "/\\" or ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF else c
+                   for c in name)
+    raw = safe.encode("utf-8")
+    if len(raw) > limit:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        safe = raw[: limit - 17].decode("utf-8", "ignore") + "-" + digest
+    return safe
 
 
 def _value_out(row: Any) -> Any:
@@ -106,10 +123,16 @@ def _leaf_out(row: Any) -> Any:
 
 # ----------------------------------------------------------------------------- nesting
 
+def _is_index(segment: str) -> bool:
+    """A list position as _leaves writes it: ASCII digits without a leading zero ("²" and "01" are dict keys)."""
+    return segment.isascii() and segment.isdigit() and (segment == "0" or segment[0] != "0")
+
+
 def _assemble(items: list[tuple[list[str], Any]]) -> Any:
     """Rebuild nested lists/dicts from (arg path segments, leaf); numeric segments give lists.
 
-    Gaps in a list are filled with ``[]`` (an empty container yields no rows, so reading it back is exact).
+    Gaps in a list are filled with ``[]`` (an empty container yields no rows, so reading it back is exact);
+    digit keys far beyond the number of items make a dict, since filling such gaps would cost unbounded memory.
     """
     if len(items) == 1 and not items[0][0]:
         return items[0][1]
@@ -118,7 +141,8 @@ def _assemble(items: list[tuple[list[str], Any]]) -> Any:
         if not segs:
             raise ValueError("a leaf and a container share the same arg path")
         groups.setdefault(segs[0], []).append((segs[1:], leaf))
-    if all(k.isdigit() for k in groups):
+    if all(_is_index(k) for k in groups) and max(map(len, groups)) <= 9 \
+            and max(int(k) for k in groups) < 16 * len(groups) + 1024:  # not a 10**9-long list for one "999999999"
         out: list[Any] = [[] for _ in range(max(int(k) for k in groups) + 1)]
         for k, sub in groups.items():
             out[int(k)] = _assemble(sub)
@@ -183,8 +207,14 @@ def build_records(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- files
 
 def _write_json(path: Path, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False)
+    """Write ``obj`` as UTF-8 JSON in one go (a value that cannot be written leaves no half file); text that is
+    not valid UTF-8 (lone surrogates, which kit dumps may hold) is written as \\u escapes instead."""
+    text = json.dumps(obj, indent=1, ensure_ascii=False)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(obj, indent=1).encode("ascii")
+    path.write_bytes(data)
 
 
 def _task(dump: Dump) -> str:
@@ -236,34 +266,66 @@ def _save_tensor(value: Any, path: Path) -> None:
     torch.save(value.detach().cpu().contiguous().clone(), path)
 
 
+def _inside(path: Path, root: Path, what: str) -> Path:
+    """``path`` if it stays under ``root`` once symlinks already on disk are followed, else a DumpFormatError."""
+    real = path.resolve()
+    if not real.is_relative_to(root):
+        raise DumpFormatError(f"{what}: {path} would be written at {real}, outside the output folder {root}; "
+                              "nothing was exported")
+    return path
+
+
+def _plan(dump: Dump, out: Path, task: str) -> list[tuple[int, int, Any, Path, list[tuple[str, str, Path]]]]:
+    """Every (step, rank, calls, rank folder, [(tensor key, row name, target file)]) to write, checked before
+    anything is written: each file stays under ``out``, and no two tensors share a file name."""
+    root = out.resolve()
+    plan = []
+    for (step, rank), calls in dump.calls.groupby(["step", "rank"], sort=True):
+        rank_dir = out / f"step{int(step)}" / f"rank{int(rank)}"
+        for name in ("dump.json", "stack.json", "construct.json"):
+            _inside(rank_dir / name, root, f"step {int(step)} rank {int(rank)}")
+        files: list[tuple[str, str, Path]] = []
+        if task == "tensor" and (calls["data_name"] != "").any():
+            rows = calls.loc[calls["data_name"] != "", ["data_name", "name"]].drop_duplicates()
+            owner: dict[str, tuple[str, str]] = {}  # file name -> (tensor key, row name) that claimed it
+            for key, name in zip(rows["data_name"], rows["name"], strict=True):
+                file_name = msprobe_data_name(key, name)
+                first = owner.setdefault(file_name, (key, name))
+                if first[0] != key:
+                    raise DumpFormatError(f"records {first[1]!r} and {name!r} (step {int(step)}, rank {int(rank)}) "
+                                          f"would both be saved as dump_tensor_data/{file_name}; nothing was exported")
+                target = _inside(rank_dir / "dump_tensor_data" / file_name, root, f"record {name!r}")
+                files.append((key, name, target))
+        plan.append((int(step), int(rank), calls, rank_dir, files))
+    return plan
+
+
 def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> Path:
     """Write ``dump`` under ``out_dir/step{N}/rank{R}/`` in msprobe's format; returns ``out_dir``.
 
-    Tensors that cannot be found in the source (a partial dump_tensor_data) are skipped with a warning.
+    Nothing is written outside ``out_dir``: file names made from dump content are sanitised, and every path
+    is checked (symlinks followed) before the first file is written. Tensors that cannot be found in the
+    source (a partial dump_tensor_data) are skipped with a warning.
     """
     out = Path(out_dir)
     task, level = _task(dump), _level(dump)
     extras = {(r.get("step"), r.get("rank")): r for r in dump.meta.get("ranks", []) if isinstance(r, dict)}
+    plan = _plan(dump, out, task)
     missing: list[str] = []
-    for (step, rank), calls in dump.calls.groupby(["step", "rank"], sort=True):
-        rank_dir = out / f"step{int(step)}" / f"rank{int(rank)}"
+    for step, rank, calls, rank_dir, files in plan:
         rank_dir.mkdir(parents=True, exist_ok=True)
         tensor_dir = rank_dir / "dump_tensor_data"
-        has_tensors = task == "tensor" and (calls["data_name"] != "").any()
         _write_json(rank_dir / "dump.json", {
             "task": task, "level": level, "framework": "pytorch",
-            "dump_data_dir": str(tensor_dir.resolve()) if has_tensors else None,
+            "dump_data_dir": str(tensor_dir.resolve()) if files else None,
             "data": build_records(calls),
         })
         _write_json(rank_dir / "stack.json", _stack_json(calls, dump.stack_frames))
-        _write_json(rank_dir / "construct.json",
-                    _construct_json(calls, level, extras.get((int(step), int(rank)), {})))
-        if has_tensors and tensors:
+        _write_json(rank_dir / "construct.json", _construct_json(calls, level, extras.get((step, rank), {})))
+        if files and tensors:
             tensor_dir.mkdir(exist_ok=True)
-            rows = calls.loc[calls["data_name"] != "", ["data_name", "name"]].drop_duplicates()
             written: dict[str, Path | None] = {}  # source key -> first file written (shared tensors are copied)
-            for key, name in zip(rows["data_name"], rows["name"], strict=True):
-                target = tensor_dir / msprobe_data_name(key, name)
+            for key, _, target in files:
                 if key in written:
                     if written[key] is None:
                         missing.append(str(target.relative_to(out)))
@@ -271,7 +333,7 @@ def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> 
                         shutil.copyfile(written[key], target)
                     continue
                 try:
-                    value = dump.load_tensor(key, step=int(step), rank=int(rank))
+                    value = dump.load_tensor(key, step=step, rank=rank)
                 except FileNotFoundError:
                     written[key] = None
                     missing.append(str(target.relative_to(out)))
