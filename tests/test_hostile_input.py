@@ -313,3 +313,71 @@ def test_pt_files_load_with_weights_only(tmp_path: Path, monkeypatch):
     assert load_tensor_file(f).item() == 1.0 and seen.get("weights_only") is True
 
 
+# ----------------------------------------------------------------------------- F: the HDF5 commit index
+def _kit_file(tmp_path: Path) -> Path:
+    from msprobe_nb.store.hdf5_writer import DumpWriter
+
+    with DumpWriter(tmp_path / "kit", rank=0) as w:
+        for step in range(3):
+            w.write_step(step, {"name": [f"n{i}" for i in range(5)], "call": ["Torch.add.0.forward"] * 5},
+                         tensors={f"t{step}": torch.arange(4, dtype=torch.float32)})
+    return tmp_path / "kit" / "rank0.h5"
+
+
+def _poke(f: Path, row: int, field: str, value: int) -> None:
+    import h5py
+
+    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS
+
+    with h5py.File(f, "r+") as h:
+        h["index/steps"][row, INDEX_FIELDS.index(field)] = value
+
+
+@pytest.mark.parametrize("row, field, value, pattern", [
+    (2, "calls", 10 ** 9, r"calls has 1000000000 rows.*holds"),
+    (2, "u4", 10 ** 12, r"tensors/u4 has 1000000000000 entries"),
+    (1, "calls_slot", 2, r"row 1 names tail slots .*0 or 1"),
+    (1, "strings", 0, r"row 1: the length of strings goes from \d+ to 0"),
+    (1, "step", 2 ** 40, r"row 1: step 1099511627776 does not fit int32"),
+    (1, "commit", 0, r"row 2 is a commit after row 1"),
+])
+def test_damaged_commit_index_is_refused_at_once(tmp_path: Path, row: int, field: str, value: int, pattern: str):
+    import time
+
+    from msprobe_nb.store.hdf5_reader import read_hdf5
+
+    f = _kit_file(tmp_path)
+    assert read_hdf5(f).meta["steps"] == [0, 1, 2]
+    _poke(f, row, field, value)
+    t0 = time.perf_counter()
+    with pytest.raises(DumpFormatError, match=pattern) as e:
+        mp.load(tmp_path / "kit")
+    assert time.perf_counter() - t0 < 5 and str(f) in str(e.value)
+
+
+def test_index_extent_beyond_the_file_is_refused(tmp_path: Path):
+    import h5py
+
+    from msprobe_nb.store.hdf5_reader import read_hdf5
+
+    f = _kit_file(tmp_path)
+    with h5py.File(f, "r+") as h:
+        h["index/steps"].resize((10 ** 8, h["index/steps"].shape[1]))  # 19 GB of fill rows, no disk used
+    with pytest.raises(DumpFormatError, match=r"/index/steps claims 100000000 rows") as e:
+        read_hdf5(f)
+    assert str(f) in str(e.value)
+
+
+def test_calls_extent_of_fill_values_is_refused(tmp_path: Path):
+    import h5py
+
+    from msprobe_nb.store.hdf5_reader import read_hdf5
+    from msprobe_nb.store.hdf5_writer import GROUPS
+
+    f = _kit_file(tmp_path)
+    with h5py.File(f, "r+") as h:  # every calls column claims 10**8 rows, none of them stored
+        for col in GROUPS["calls"][1]:
+            h[col].resize((10 ** 8,))
+    _poke(f, 2, "calls", 10 ** 8)
+    with pytest.raises(DumpFormatError, match=r"calls has 100000000 rows.*holds 0"):
+        read_hdf5(f)

@@ -154,17 +154,87 @@ def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:
     return attrs
 
 
-def _committed(index: np.ndarray) -> np.ndarray:
-    """The prefix of ``/index/steps`` rows that are real commits (marker set, extents never shrinking)."""
-    if index.ndim != 2 or index.shape[1] != len(INDEX_FIELDS):
-        raise ValueError(f"/index/steps has shape {index.shape}, expected (n, {len(INDEX_FIELDS)})")
-    ok = index[:, _F["commit"]] == COMMIT_MAGIC
-    ok &= np.all((index[:, _SLOTS] == 0) | (index[:, _SLOTS] == 1), axis=1)
-    ends = index[:, _LENGTHS]
+def _index_rows(f: h5py.File, path: Path) -> np.ndarray:
+    """``/index/steps``, read only once its extent is known to fit the file (chunks of fill rows cost no disk
+    space, so a damaged extent could otherwise ask for gigabytes of zeros)."""
+    ds = _dataset(f, "index/steps")
+    if ds.ndim != 2 or ds.shape[1] != len(INDEX_FIELDS) or ds.dtype != np.int64:
+        raise DumpFormatError(f"{str(path)!r}: /index/steps is {ds.dtype}{list(ds.shape)}, expected int64 "
+                              f"[n, {len(INDEX_FIELDS)}]")
+    block = ds.chunks[0] if ds.chunks else 1
+    size = path.stat().st_size
+    most = (size // (block * ds.shape[1] * 8) + 2) * block  # every allocated chunk, plus the growing one
+    if ds.shape[0] > most:
+        raise DumpFormatError(f"{str(path)!r}: /index/steps claims {ds.shape[0]} rows; a file of {size} bytes "
+                              f"holds at most {most}")
+    return ds[()]
+
+
+def _committed(index: np.ndarray, path: Path) -> np.ndarray:
+    """The rows of ``/index/steps`` that are commits, checked before anything they size is allocated.
+
+    Commits come first and end at the first row without the marker (a half-written commit, or fill
+    zeros); a marked row after that, a tail slot other than 0/1, a negative or shrinking length, or a
+    step outside int32 means the index is damaged: DumpFormatError naming the row and what is wrong.
+    """
+    where = f"{str(path)!r}: /index/steps row"
+    marked = index[:, _F["commit"]] == COMMIT_MAGIC
+    n = len(index) if marked.all() else int(np.argmin(marked))
+    later = np.flatnonzero(marked[n:])
+    if len(later):
+        raise DumpFormatError(f"{where} {n + int(later[0])} is a commit after row {n}, which is not one; "
+                              "a writer never commits past an unfinished row, so the index is damaged")
+    rows = index[:n]
+    slots = rows[:, _SLOTS]
+    bad = np.flatnonzero(~np.all((slots == 0) | (slots == 1), axis=1))
+    if len(bad):
+        i = int(bad[0])
+        raise DumpFormatError(f"{where} {i} names tail slots {slots[i].tolist()}; each must be 0 or 1")
+    ends = rows[:, _LENGTHS]
     prev = np.vstack([np.zeros((1, ends.shape[1]), np.int64), ends[:-1]])
-    ok &= np.all(ends >= prev, axis=1)
-    bad = np.flatnonzero(~ok)
-    return index[: bad[0]] if len(bad) else index
+    bad = np.flatnonzero(np.any(ends < prev, axis=1))
+    if len(bad):
+        i = int(bad[0])
+        j = int(np.flatnonzero(ends[i] < prev[i])[0])
+        field = INDEX_FIELDS[_LENGTHS[j]]
+        raise DumpFormatError(f"{where} {i}: the length of {field} goes from {int(prev[i, j])} to "
+                              f"{int(ends[i, j])}; committed lengths never shrink")
+    step = rows[:, _F["step"]]
+    bad = np.flatnonzero((step < -(2 ** 31)) | (step >= 2 ** 31))
+    if len(bad):
+        raise DumpFormatError(f"{where} {int(bad[0])}: step {int(step[bad[0]])} does not fit int32")
+    return rows
+
+
+def _allocated(ds: h5py.Dataset) -> int:
+    """Elements of a 1-D dataset backed by storage in the file (reading beyond them would read fill values)."""
+    if ds.chunks is None:
+        return ds.id.get_storage_size() // max(ds.dtype.itemsize, 1)
+    return ds.id.get_num_chunks() * ds.chunks[0]
+
+
+def _check_extents(f: h5py.File, tails: _Tails, end: dict[str, int], path: Path) -> None:
+    """Every length the last commit names fits its datasets: the rows in whole chunks (main) are present
+    and stored, the rest fit the group's tail. Checked before reading, so that a damaged length (calls =
+    10**9) is refused at once instead of allocating gigabytes."""
+    for g, (_, cols) in GROUPS.items():
+        length = end[g]
+        for col in cols:
+            main = _dataset(f, col)
+            chunk = tails.chunk(col)
+            if chunk < 1 or main.ndim != 1:
+                raise DumpFormatError(f"{str(path)!r}: /{col} or its tail has an unexpected shape")
+            whole = length // chunk * chunk
+            if main.shape[0] < whole or _allocated(main) < whole:
+                raise DumpFormatError(
+                    f"{str(path)!r}: the commit index says {g} has {length} rows, so /{col} needs {whole} in whole "
+                    f"chunks, but it holds {min(main.shape[0], _allocated(main))}")
+    for w in TENSOR_WIDTHS:
+        ds = _dataset(f, f"tensors/u{w}")
+        need = end[f"u{w}"]
+        if ds.ndim != 1 or ds.shape[0] < need or _allocated(ds) < need:
+            raise DumpFormatError(f"{str(path)!r}: the commit index says tensors/u{w} has {need} entries, but it "
+                                  f"holds {min(ds.shape[0], _allocated(ds)) if ds.ndim == 1 else 0}")
 
 
 # -- per-file decoding ----------------------------------------------------------------------
@@ -328,9 +398,11 @@ class _File:
                 ) from None
 
     def _read(self, f: h5py.File, steps: set[int] | None) -> None:
-        index = _committed(_dataset(f, "index/steps")[()])
+        index = _committed(_index_rows(f, self.path), self.path)
         last = index[-1] if len(index) else np.zeros(len(INDEX_FIELDS), np.int64)
         end = {k: int(last[_F[k]]) for k in INDEX_FIELDS[1:-1]}
+        tails = _Tails(f)
+        _check_extents(f, tails, end, self.path)
         group_of = {path: g for g, (_, cols) in GROUPS.items() for path in cols}
         self.rank = int(self.attrs.get("rank", 0))
         row_end = index[:, _F["calls"]]
@@ -342,7 +414,6 @@ class _File:
         self.steps = sorted(set(commit_steps[keep].tolist()))
         self.n = len(self.step)
         ncalls, slot = end["calls"], end["calls_slot"]
-        tails = _Tails(f)
         self.cols = {c: _read_rows(f, tails, f"calls/{c}", ncalls, slot, ranges) for c in STORED_COLUMNS}
 
         def whole(path: str) -> np.ndarray:
