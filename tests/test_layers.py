@@ -74,3 +74,12 @@ print(json.dumps({"light": light, "same": mp.DumpFormatError is errors.DumpForma
                   "value_error": issubclass(errors.DumpFormatError, ValueError)}))
 """)
     assert out == {"light": [], "same": True, "value_error": True}
+
+
+def test_ci_lints_after_installing_and_before_testing():
+    """.ci/run runs ruff over the package, the tests and the benchmarks once ruff is installed, before pytest."""
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    install = max(i for i, line in enumerate(lines) if line.startswith("python -m pip install") and ".[test" in line)
+    lint = [i for i, line in enumerate(lines) if line == "ruff check msprobe_nb tests benchmarks"]
+    tests = [i for i, line in enumerate(lines) if line.startswith("python -m pytest")]
+    assert lint and tests and install < lint[0] < tests[0]
