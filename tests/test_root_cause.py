@@ -248,3 +248,14 @@ def test_an_argument_with_a_default_repr_does_not_tell_identical_runs_apart(tmp_
     b = record(tmp_path / "b", model, step, level="L1")
     assert a.calls.loc[a.calls["name"] == "Function.Scaled.0.forward.input.1", "value"].iloc[0].count("0x") == 0
     assert compare(a, b).first_divergence() is None
+
+
+@pytest.mark.parametrize("level", ["L1", "L2"])
+def test_an_argument_passed_on_one_side_only_is_the_root(tmp_path, level):
+    """GELU's tanh swap is 1.5e-4 relative, under the default tolerance: the argument itself tells."""
+    model = lambda: nn.Sequential(nn.Linear(8, 8))  # noqa: E731
+    npu = record(tmp_path / "npu", model, lambda m, x: F.gelu(m(x), approximate="tanh").sum(), level=level)
+    bench = record(tmp_path / "bench", model, lambda m, x: F.gelu(m(x)).sum(), level=level)
+    d = compare(npu, bench).first_divergence()
+    assert d.call == {"L1": "Functional.gelu.0.forward", "L2": "Aten.gelu.0.forward"}[level], d
+    assert d.kind == "argument" and "'tanh'" in d.message and "(not passed)" in d.message

@@ -260,16 +260,17 @@ def test_compare_viewer_errors_show_the_perturbed_call_first(runs):
     v.set_state(verdict="error")
     assert set(v.rows["result"]) == {"error"}
     first = v.rows["call"].iloc[0]
-    assert first == "Module.act.ReLU.forward.0" == v.divergence.call  # the module whose ReLU was perturbed
+    assert first == "Module.act.ReLU.forward.0"  # in execution order, the module opens before its ReLU
+    assert v.divergence.call == "Functional.relu.0.forward"  # the root: the innermost diverging call
     v.set_state(family="Functional")
     assert v.rows["call"].iloc[0] == "Functional.relu.0.forward"
-    v.select(first)
+    v.select("Functional.relu.0.forward")
     d = v.selected
     assert d.outputs["result"].tolist() == ["error"] and any("NormRelativeErr" in x for x in d.reasons)
     assert {"npu_norm", "bench_norm"} <= set(d.rows.columns) and "first divergence" in d.html
     assert any(d.frames["user"])
     v.set_state(verdict=None, family=None, page_size=5).goto_divergence()
-    assert v.state.selected == "Module.act.ReLU.forward.0" and first in set(v.rows["call"])
+    assert v.state.selected == "Functional.relu.0.forward" and "Functional.relu.0.forward" in set(v.rows["call"])
     assert "outline" in v.html()  # the divergence call is outlined
 
 
@@ -297,7 +298,7 @@ def test_metric_plot_marks_the_first_divergence(runs):
     r = runs["statistics"][2]
     fig = P.metric_along_order(r, "err")
     assert isinstance(fig, Figure)
-    assert P.divergence_x(fig) == r.first_divergence().call_index == 2
+    assert P.divergence_x(fig) == r.first_divergence().call_index == 3  # Functional.relu inside Module.act
     s = P.metric_series(r, "err")
     assert s["call_index"].is_monotonic_increasing and np.isclose(s.loc[s["call_index"] == 2, "value"].item(), 2.0)
     t = synthetic(4000)
@@ -355,7 +356,7 @@ def test_trace_pane_with_provenance(runs):
     pytest.importorskip("msprobe_nb.analysis.provenance")
     v = CompareViewer(runs["statistics"][2])
     html = v.trace_html()
-    assert "Module.act.ReLU.forward.0" in html and "first divergence" in html
+    assert "Functional.relu.0.forward" in html and "first divergence" in html
 
 
 # ------------------------------------------------------------------------------------------ widgets

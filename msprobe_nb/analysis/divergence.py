@@ -33,7 +33,8 @@ class Divergence:
     rank: int
     call_index: int
     #: "call" (inputs agree, outputs diverge), "argument" (tensor inputs agree, a non-tensor argument differs)
-    #: or "inputs" (the call already receives diverging inputs from outside the recorded calls)
+    #: "extra" (a call made by the NPU run only, whose products diverge downstream) or "inputs" (the call
+    #: already receives diverging inputs from outside the recorded calls)
     kind: str
     message: str
     rows: pd.DataFrame  #: the call's diverging rows with their metrics
@@ -128,8 +129,32 @@ def find_divergences(t: pd.DataFrame, th: Thresholds, stack_of: Callable[[str, i
     return out
 
 
+def _one_sided_arguments(g: pd.DataFrame) -> np.ndarray:
+    """Non-tensor input rows that only one side has, in a call both sides made: an argument passed on one
+    side only (``F.gelu(x, approximate='tanh')`` against ``F.gelu(x)``) is an argument that differs."""
+    if "kind" not in g.columns:
+        return np.zeros(len(g), dtype=bool)
+    match = g["match"].astype(object).to_numpy()
+    one = (match != "matched") & (g["kind"].astype(object).to_numpy() == "value") \
+        & np.isin(g["io"].astype(object).to_numpy(), INPUT_IO)
+    if one.any():
+        calls = g["call"].astype(object).to_numpy()
+        one &= np.isin(calls, np.unique(calls[match == "matched"]))
+    return one
+
+
 def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, mode: str) -> Divergence | None:
-    g = g[g["match"] != "bench_only"]
+    one = _one_sided_arguments(g)
+    if one.any():  # bench-only argument rows stay, placed at their call's position in the NPU run
+        g = g.copy()
+        g["diverges"] = g["diverges"].to_numpy(dtype=bool) | one
+        npu = g["match"] != "bench_only"
+        first = g[npu].drop_duplicates("call").set_index("call")["call_index"]
+        bench_args = one & ~npu.to_numpy()
+        g.loc[bench_args, "call_index"] = g.loc[bench_args, "call"].map(first).to_numpy()
+        g = g[npu.to_numpy() | one]
+    else:
+        g = g[g["match"] != "bench_only"]
     if g.empty:
         return None
     ci = g["call_index"].to_numpy(dtype=np.int64, na_value=-1)
@@ -159,13 +184,20 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
     drawn = _draw_behind(c0, rows0, div, is_in, producer, uniq, g)
     if drawn is not None:
         c0, rows0 = drawn, np.flatnonzero(codes == drawn)
+    extra = None if drawn is not None or not in_div[c0] else _extra_behind(c0, rows0, div, is_in, producer, uniq, g)
+    if extra is not None:
+        consumer, c0, rows0 = str(uniq[c0]), extra, np.flatnonzero(codes == extra)
     root = str(uniq[c0])
     step, rank = int(g["step"].iat[rows0[0]]), int(g["rank"].iat[rows0[0]])
     prev = str(uniq[c0 - 1]) if c0 > 0 else None
     bad_in = rows0[div[rows0] & is_in[rows0]]
     own_args = len(bad_in) > 0 and bool(np.all(kinds[bad_in] == "value"))
 
-    if drawn is not None:
+    if extra is not None:
+        kind = "extra"
+        msg = (f"this call is made in the NPU run only (the bench run has no such call), and what it produces "
+               f"reaches {consumer}, whose inputs diverge: the two runs' code differs here")
+    elif drawn is not None:
         kind = "call"
         msg = ("a random draw whose generator state differs between the runs; its statistics agree (a permutation "
                "has the same max, min, mean and norm) but the call that consumes it diverges: this draw is where "
@@ -280,6 +312,33 @@ def _draw_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray,
     return None
 
 
+def _extra_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray, producer: np.ndarray | None,
+                  uniq: np.ndarray, g: pd.DataFrame) -> int | None:
+    """The earliest call made in the NPU run only (no row of it matched) in the chain of producers of call
+    ``c0``'s diverging inputs: a cast, a round trip or an extra step that only one side's code makes."""
+    if producer is None or "match" not in g.columns:
+        return None
+    calls = g["call"].astype(object).to_numpy()
+    match = g["match"].astype(object).to_numpy()
+    code_of = {c: i for i, c in enumerate(uniq)}
+    bad = rows0[div[rows0] & is_in[rows0]]
+    found = None
+    todo = [p for p in dict.fromkeys(producer[bad]) if p]
+    seen = set(todo)
+    while todo and len(seen) < 256:
+        p = todo.pop(0)
+        at = np.flatnonzero(calls == p)
+        if not len(at) or not np.all(match[at] == "npu_only"):
+            continue
+        if found is None or code_of[p] < found:
+            found = code_of[p]
+        for q in producer[at[is_in[at]]]:
+            if q and q not in seen:
+                seen.add(q)
+                todo.append(q)
+    return found
+
+
 def _arg_label(g: pd.DataFrame, i: int) -> str:
     arg = str(g["arg"].iat[i]) if "arg" in g.columns else ""
     return f"argument {arg}" if arg else str(g["name"].iat[i])
@@ -287,7 +346,11 @@ def _arg_label(g: pd.DataFrame, i: int) -> str:
 
 def _side_value(g: pd.DataFrame, i: int, side: str) -> str:
     col = f"{side}_value"
-    return repr(g[col].iat[i]) if col in g.columns else "?"
+    if col not in g.columns:
+        return "?"
+    if "match" in g.columns and g["match"].iat[i] == ("bench_only" if side == "npu" else "npu_only"):
+        return "(not passed)"
+    return repr(g[col].iat[i])
 
 
 def _modules(g: pd.DataFrame, call: str) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
-from msprobe_nb.capture.random_apis import RANDOM_APIS
+from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, RANDOM_APIS
 
 TRACE_COLUMNS = ["step", "rank", "call", "role", "rng", "file", "line", "code", "note"]
 
@@ -59,9 +59,12 @@ def _advice(op: str, family: str, rng: str) -> str:
                 "(msprobe_nb.seed_all(seed)) or move the draw out of the compared region")
     if rng.startswith("custom"):
         return f"{op}: the draw uses your own torch.Generator: seed it identically on both machines"
-    if "dropout" in op:
+    if "dropout" in op.lower() or op == "scaled_dot_product_attention":
         return (f"{op}: switch dropout off while aligning (dropout_off=True / --dropout-off), or draw the masks "
                 "on the host (host_random=True / --host-random)")
+    if op in ("bernoulli", "bernoulli_"):
+        return (f"{op}: if it draws a dropout mask, switch dropout off while aligning (dropout_off=True / "
+                "--dropout-off); otherwise record with host_random=True (--host-random)")
     if rng.startswith("host"):
         return f"{op}: already drawn on the host; check that both runs use the same seed"
     return (f"{op}: draw it on the host and move it, e.g. torch.{op}(..., device='cpu').to(device), or record "
@@ -107,7 +110,8 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         rng = str(first.at[call, "rng"] or "")
         if rng:
             return rng != "dropout-off"
-        return (str(first.at[call, "family"]), str(first.at[call, "op"])) in RANDOM_APIS
+        key = (str(first.at[call, "family"]), str(first.at[call, "op"]))
+        return key in RANDOM_APIS or key in DROPOUT_MODULES or key in ATEN_DRAWS
 
     def state_differs(call: str) -> bool:
         ns = str(first.at[call, "rng_state"] or "")

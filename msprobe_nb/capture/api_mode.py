@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from msprobe_nb.capture.api_backward import grad_inputs
 from msprobe_nb.capture.custom_functions import is_custom_forward, is_custom_node
 from msprobe_nb.capture.naming import resolve_api, tensor_operator
-from msprobe_nb.capture.random_apis import RANDOM_APIS
+from msprobe_nb.capture.random_apis import DRAWING_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
@@ -110,7 +110,7 @@ class ApiMode(TorchFunctionMode):
         family, op = resolved
         policy = self.randomness
         if not self.record:
-            if policy is None or (family, op) not in RANDOM_APIS:
+            if policy is None or (family, op) not in DRAWING_APIS:
                 return func(*args, **kwargs)
             run, args, kwargs = policy.before(Call("", family, op, -1, "forward", dump=False), func, args, kwargs)
             return run(*args, **kwargs)
@@ -124,7 +124,7 @@ class ApiMode(TorchFunctionMode):
                 rec.functions.forward_frame(frame)
             c = rec.open_api(family, op, frame)
             run = func
-            if policy is not None and (family, op) in RANDOM_APIS:
+            if policy is not None and (family, op) in DRAWING_APIS:
                 run, args, kwargs = policy.before(c, func, args, kwargs)
             grads = c.dump and torch.is_grad_enabled()
             inputs = grad_inputs(args, kwargs) if grads else None

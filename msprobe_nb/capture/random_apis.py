@@ -22,3 +22,16 @@ DROPOUTS = {("Functional", n) for n in ("dropout", "dropout1d", "dropout2d", "dr
 OTHER_DRAWS = {("Functional", n) for n in ("rrelu", "gumbel_softmax", "fractional_max_pool2d",
                                            "fractional_max_pool3d")} | {("Torch", "rrelu")}
 RANDOM_APIS = FACTORIES | TENSOR_ARG_DRAWS | INPLACE_DRAWS | INIT_DRAWS | DROPOUTS | OTHER_DRAWS
+#: APIs that draw only when asked to: attention with ``dropout_p > 0`` (its mask is drawn inside the kernel)
+ATTENTION_DROPOUTS = {("Functional", "scaled_dot_product_attention")}
+#: what the function mode hands to the random policy (RANDOM_APIS stays the list of APIs that always draw)
+DRAWING_APIS = RANDOM_APIS | ATTENTION_DROPOUTS
+#: modules whose forward draws a mask (level L0 records modules only)
+DROPOUT_MODULES = {("Module", n) for n in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+                                           "FeatureAlphaDropout")}
+#: aten operators that draw random numbers (level L2)
+ATEN_DRAWS = {("Aten", n) for n in ("bernoulli", "bernoulli_", "native_dropout", "uniform_", "normal_", "normal",
+                                     "rand", "randn", "randint", "randperm", "rand_like", "randn_like",
+                                     "randint_like", "multinomial", "exponential_", "geometric_", "cauchy_",
+                                     "log_normal_", "random_", "poisson", "_standard_gamma", "binomial",
+                                     "rrelu_with_noise", "_fused_dropout")}

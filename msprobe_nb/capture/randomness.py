@@ -23,7 +23,15 @@ import zlib
 import numpy as np
 import torch
 
-from msprobe_nb.capture.random_apis import DROPOUTS, FACTORIES, INIT_DRAWS, INPLACE_DRAWS, RANDOM_APIS, TENSOR_ARG_DRAWS
+from msprobe_nb.capture.random_apis import (
+    ATTENTION_DROPOUTS,
+    DRAWING_APIS,
+    DROPOUTS,
+    FACTORIES,
+    INIT_DRAWS,
+    INPLACE_DRAWS,
+    TENSOR_ARG_DRAWS,
+)
 
 _DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
 
@@ -140,10 +148,12 @@ class RandomPolicy:
     def before(self, c, func, args, kwargs):
         """Fill the call's rng columns and return (callable to run, args, kwargs)."""
         key = (c.family, c.op)
-        if key not in RANDOM_APIS:
+        if key not in DRAWING_APIS:
             return func, args, kwargs
         user_gen = kwargs.get("generator")
         device = _target_device(args, kwargs)
+        if key in ATTENTION_DROPOUTS:
+            return self._attention(c, func, args, kwargs, device)
         if key in DROPOUTS and self.dropout_off:
             args, kwargs = _zero_p(c.op, args, kwargs)
             c.rng = "dropout-off"
@@ -156,6 +166,25 @@ class RandomPolicy:
         gen = user_gen if user_gen is not None else _default_generator(device)
         c.rng = f"custom ({gen.device})" if user_gen is not None else str(device)
         c.rng_state = generator_digest(gen)
+        return func, args, kwargs
+
+
+    def _attention(self, c, func, args, kwargs, device):
+        """Attention draws its dropout mask inside the kernel, on the device's generator, when ``dropout_p``
+        is above 0: recorded as a draw, and ``dropout_off`` sets ``dropout_p=0`` (host draws cannot reach
+        into the kernel)."""
+        p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+        if not p:
+            return func, args, kwargs
+        if self.dropout_off:
+            if "dropout_p" in kwargs:
+                kwargs = dict(kwargs, dropout_p=0.0)
+            else:
+                args = tuple(args[:4]) + (0.0,) + tuple(args[5:])
+            c.rng = "dropout-off"
+            return func, args, kwargs
+        gen = _default_generator(device)
+        c.rng, c.rng_state = str(device), generator_digest(gen)
         return func, args, kwargs
 
 
