@@ -259,3 +259,45 @@ def test_an_argument_passed_on_one_side_only_is_the_root(tmp_path, level):
     d = compare(npu, bench).first_divergence()
     assert d.call == {"L1": "Functional.gelu.0.forward", "L2": "Aten.gelu.0.forward"}[level], d
     assert d.kind == "argument" and "'tanh'" in d.message and "(not passed)" in d.message
+
+
+def _one_output(dtype, value):
+    import pandas as pd
+
+    from msprobe_nb.store.schema import coerce_calls
+    rows = [dict(step=0, rank=0, call_index=0, call="Torch.add.0.forward", name=f"Torch.add.0.forward.{io}.0", io=io,
+                 arg="0", kind="tensor", dtype=dtype, shape=(2,), max=v, min=0.0, mean=v / 2, norm=v)
+            for io, v in (("input", 1.0), ("output", value))]
+    return coerce_calls(pd.DataFrame(rows))
+
+
+def test_the_tolerance_follows_the_dtype():
+    # 5e-3 relative is under bf16's resolution (2**-7), well over fp32's
+    assert compare(_one_output("torch.bfloat16", 1.005), _one_output("torch.bfloat16", 1.0)).first_divergence() \
+        is None
+    assert compare(_one_output("torch.float32", 1.005), _one_output("torch.float32", 1.0)).first_divergence() \
+        is not None
+    # a GELU tanh swap (1.5e-4) is found in fp32 by asking for a tighter fp32 tolerance
+    a, b = _one_output("torch.float32", 1.00015), _one_output("torch.float32", 1.0)
+    assert compare(a, b).first_divergence() is None
+    tight = {"diverge_rtol_by_dtype": {"torch.float32": 1e-5, "torch.bfloat16": 1e-2}}
+    assert compare(a, b, thresholds=tight).first_divergence().call == "Torch.add.0.forward"
+
+
+def test_attention_dropout_is_a_draw_and_dropout_off_removes_it(tmp_path):
+    def step(seed):
+        def run(m, x):
+            torch.manual_seed(seed)
+            q = m(x).reshape(1, 2, 4, 4)
+            return F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).square().mean()
+        return run
+    model = lambda: nn.Sequential(nn.Linear(8, 8))  # noqa: E731
+    result = compare(record(tmp_path / "npu", model, step(1), level="L1"),
+                     record(tmp_path / "bench", model, step(2), level="L1"))
+    assert result.first_divergence().call == "Functional.scaled_dot_product_attention.0.forward"
+    trace = trace_randomness(result)
+    assert list(trace.sources.call) == ["Functional.scaled_dot_product_attention.0.forward"]
+    assert "dropout_p=0" in trace.advice[0]
+    off = compare(record(tmp_path / "npu2", model, step(1), level="L1", dropout_off=True),
+                  record(tmp_path / "bench2", model, step(2), level="L1", dropout_off=True))
+    assert off.first_divergence() is None

@@ -462,7 +462,8 @@ def _errors(t: dict[str, np.ndarray], mode: str, th: Thresholds) -> None:
 
 
 def diverging(t: Any, th: Thresholds) -> np.ndarray:
-    """Rows that diverge: matched, not uninitialised memory, and an ``err`` above ``diverge_rtol`` or a tensor
+    """Rows that diverge: matched, not uninitialised memory, and an ``err`` above the row's tolerance
+    (``diverge_rtol``, or ``diverge_rtol_by_dtype`` for bf16 / fp16 rows) or a tensor
     dtype that differs (fp16 vs fp32 is comparable, so no hard mismatch, but a call whose inputs agree and
     whose output dtype differs is where the runs part ways)."""
     matched = np.asarray(t["match"], dtype=object) == "matched"
@@ -470,7 +471,7 @@ def diverging(t: Any, th: Thresholds) -> np.ndarray:
     dtype_diff = tensor & (np.asarray(t["npu_dtype"], dtype=object) != np.asarray(t["bench_dtype"], dtype=object))
     err = np.asarray(t["err"], dtype=float)
     with np.errstate(invalid="ignore"):
-        over = err > th.diverge_rtol
+        over = err > th.rtol_of(t["npu_dtype"], t["bench_dtype"])
     return matched & ~np.asarray(t["uninitialised"], dtype=bool) & (over | dtype_diff)
 
 
@@ -576,7 +577,8 @@ class CompareResult(pd.DataFrame):
         """The first divergence of each (step, rank) pair."""
         t = pd.DataFrame(self)
         th = thresholds or self.thresholds
-        if thresholds is not None and thresholds.diverge_rtol != self.thresholds.diverge_rtol:
+        if thresholds is not None and (thresholds.diverge_rtol, thresholds.diverge_rtol_by_dtype) != \
+                (self.thresholds.diverge_rtol, self.thresholds.diverge_rtol_by_dtype):
             t["diverges"] = diverging(t, th)
         return find_divergences(t, th, self._stack_of, self.mode)
 

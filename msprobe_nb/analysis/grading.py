@@ -56,6 +56,10 @@ class Thresholds:
     near_zero_note_min: float = 0.01
     #: first divergence: a row diverges when its scale-aware relative error (column ``err``) exceeds this
     diverge_rtol: float = 1e-3
+    #: ... except for rows of these dtypes, where it is this instead (about one or two units in the last place:
+    #: a tolerance under a dtype's resolution would call every rounding difference a divergence); a row takes
+    #: the larger tolerance of its two sides' dtypes
+    diverge_rtol_by_dtype: tuple[tuple[str, float], ...] = (("torch.bfloat16", 1e-2), ("torch.float16", 2e-3))
     #: first divergence ignores these APIs (their outputs are uninitialised memory)
     diverge_skip_ops: tuple[str, ...] = ("empty", "empty_like", "empty_with_format", "new_empty_strided",
                                          "new_empty", "empty_strided")
@@ -72,12 +76,30 @@ class Thresholds:
             if isinstance(f.default, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
                                                  or v != v):
                 raise ValueError(f"Thresholds.{f.name} must be a number, got {v!r}")
-            if isinstance(f.default, tuple) and not (isinstance(v, (tuple, list))
-                                                     and all(isinstance(x, str) for x in v)):
+            if f.name == "diverge_rtol_by_dtype":
+                pairs = dict(v) if isinstance(v, dict) else v
+                if isinstance(pairs, dict):
+                    pairs = tuple(pairs.items())
+                ok = isinstance(pairs, (tuple, list)) and all(
+                    isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str)
+                    and isinstance(p[1], (int, float)) and not isinstance(p[1], bool) for p in pairs)
+                if not ok:
+                    raise ValueError(f"Thresholds.{f.name} must map dtype names to numbers, got {v!r}")
+                object.__setattr__(self, f.name, tuple((str(d), float(r)) for d, r in pairs))
+            elif isinstance(f.default, tuple) and not (isinstance(v, (tuple, list))
+                                                       and all(isinstance(x, str) for x in v)):
                 raise ValueError(f"Thresholds.{f.name} must be a tuple of op names, got {v!r}")
         for f in ("dtype_mismatch_level", "requires_grad_level", "unmatched_level"):
             if getattr(self, f) not in _LEVEL:
                 raise ValueError(f"Thresholds.{f} must be one of {LEVELS}, got {getattr(self, f)!r}")
+
+    def rtol_of(self, npu_dtype: Any, bench_dtype: Any) -> np.ndarray:
+        """The first-divergence tolerance of each row, from its two sides' dtypes."""
+        by = dict(self.diverge_rtol_by_dtype)
+        n = pd.Series(np.asarray(npu_dtype, dtype=object)).map(by).to_numpy(dtype=float, na_value=np.nan)
+        b = pd.Series(np.asarray(bench_dtype, dtype=object)).map(by).to_numpy(dtype=float, na_value=np.nan)
+        d = self.diverge_rtol
+        return np.maximum(np.where(np.isnan(n), d, n), np.where(np.isnan(b), d, b))
 
     @classmethod
     def msprobe(cls, **overrides: Any) -> Thresholds:

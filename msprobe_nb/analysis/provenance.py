@@ -59,7 +59,10 @@ def _advice(op: str, family: str, rng: str) -> str:
                 "(msprobe_nb.seed_all(seed)) or move the draw out of the compared region")
     if rng.startswith("custom"):
         return f"{op}: the draw uses your own torch.Generator: seed it identically on both machines"
-    if "dropout" in op.lower() or op == "scaled_dot_product_attention":
+    if op == "scaled_dot_product_attention":
+        return (f"{op}: its dropout mask is drawn inside the attention kernel; switch dropout off while aligning "
+                "(dropout_off=True / --dropout-off sets dropout_p=0)")
+    if "dropout" in op.lower():
         return (f"{op}: switch dropout off while aligning (dropout_off=True / --dropout-off), or draw the masks "
                 "on the host (host_random=True / --host-random)")
     if op in ("bernoulli", "bernoulli_"):
