@@ -26,11 +26,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "call": ("string", "msprobe call name: Functional.linear.0.forward, Module.net1.Linear.forward.0, "
                        "Module.net1.Linear.parameters_grad.0"),
     "name": ("string", "msprobe row name: <call>.<io>.<arg>, e.g. Functional.linear.0.forward.input.0"),
-    "family": ("string", "API family: Torch, Tensor, Functional, NPU, Distributed, VF, Aten, Module, ..."),
+    "family": ("string", "API family: Torch, Tensor, Functional, NPU, Distributed, VF, Aten, Module, Function, ..."),
     "op": ("string", "API name (linear, __getitem__) or module class name (Linear)"),
     "module_path": ("string", "for Module calls: dotted path of the module in the model (net1.ln1)"),
     "counter": ("int32", "per-name call counter, restarting every step"),
-    "direction": ("string", "forward | backward | parameters_grad"),
+    "direction": ("string", "forward | recompute (rerun by activation checkpointing) | backward | parameters_grad"),
     "io": ("string", "input | output | parameters | parameters_grad"),
     "arg": ("string", "position inside io: '0', '0.1' (nested), 'weight' (kwarg, dict key, field name)"),
     "is_kwarg": ("bool", "the leaf came from keyword arguments (dump.json input_kwargs)"),
