@@ -169,6 +169,14 @@ class _TensorDump:
     task = "tensor"
 
     def __init__(self, calls: pd.DataFrame, tensors: dict):
+        # a consistent stand-in: each row's recorded shape, max and min are its tensor's (compare checks
+        # that a tensor file is the tensor its dump describes)
+        calls = calls.copy()
+        for i, dn in calls["data_name"].items():
+            t = tensors.get(dn) if isinstance(dn, str) else None
+            if isinstance(t, torch.Tensor) and t.numel() and not t.is_complex():
+                calls.at[i, "shape"] = tuple(t.shape)
+                calls.at[i, "max"], calls.at[i, "min"] = float(t.float().max()), float(t.float().min())
         self.calls, self._tensors = calls, tensors
 
     def tensor(self, key, step=None, rank=None):

@@ -407,6 +407,11 @@ def _tensor_metrics(t: dict[str, np.ndarray], nd: Any, bd: Any, th: Thresholds, 
             status[i] = M.ST_NODATA
             msgs[i] = [f"tensor data unavailable: {type(e).__name__}: {e}"]
             continue
+        why = [f"{side}: {w}" for side, x, k in (("NPU", a, "npu"), ("bench", b, "bench"))
+               if (w := M.file_contradiction(x, t[f"{k}_shape"][i], t[f"{k}_max"][i], t[f"{k}_min"][i]))]
+        if why:  # not the tensor the dump describes: no metric of it means anything
+            status[i], msgs[i] = M.ST_FILE, why
+            continue
         r = M.tensor_metrics(a, b, near_zero_rtol=th.near_zero_rtol)
         for c in M.TENSOR_COLUMNS:
             out[c][i] = r[c]
@@ -449,7 +454,7 @@ def _errors(t: dict[str, np.ndarray], mode: str, th: Thresholds) -> None:
     if mode == "tensor":
         rl2 = t["rel_l2_err"]
         err = np.where(tensor & ~np.isnan(rl2), rl2, err)
-        hard |= tensor & np.isin(t["tensor_status"], [M.ST_NANINF, M.ST_SHAPE])
+        hard |= tensor & np.isin(t["tensor_status"], [M.ST_NANINF, M.ST_SHAPE, M.ST_FILE])
     if mode != "tensor" and "npu_hash" in t:  # content hashes, where both sides have them, are exact
         nh, bh = t["npu_hash"], t["bench_hash"]
         hard |= tensor & (nh != "") & (bh != "") & (nh != bh)

@@ -246,9 +246,12 @@ def grade(t: Any, mode: str, th: Thresholds) -> tuple[np.ndarray, list[list[str]
 
     _near_zero_notes(t, r, ok & ~shape_diff, th)
     tmsg = _arr(t, "tensor_messages", None)
-    nodata = ok & (_arr(t, "tensor_status", "") == "nodata")
+    status = _arr(t, "tensor_status", "")
+    nodata = ok & (status == "nodata")
     r.add(nodata, "warning", lambda i: "not compared: " + (tmsg[i][0] if tmsg[i] else "no tensor data"))
-    for i in np.flatnonzero(ok & ~nodata):
+    bad_file = ok & (status == "file")
+    r.add(bad_file, "error", lambda i: "tensor file contradicts the dump (" + "; ".join(tmsg[i] or []) + ")")
+    for i in np.flatnonzero(ok & ~nodata & ~bad_file):
         if tmsg[i]:
             r.add(np.array([i]), 0, list(tmsg[i]))
 

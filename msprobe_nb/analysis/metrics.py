@@ -22,8 +22,32 @@ TENSOR_COLUMNS = ("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thous
                   "rmse", "mean_abs_err", "rel_l2_err")
 
 # why a row has no (or only partial) tensor metrics; see docs/compare.md
-ST_OK, ST_SCALAR, ST_LEN1, ST_EMPTY, ST_SHAPE, ST_NANINF, ST_NODATA = (
-    "", "scalar", "length1", "empty", "shape", "naninf", "nodata")
+ST_OK, ST_SCALAR, ST_LEN1, ST_EMPTY, ST_SHAPE, ST_NANINF, ST_NODATA, ST_FILE = (
+    "", "scalar", "length1", "empty", "shape", "naninf", "nodata", "file")
+
+
+def file_contradiction(x: Any, shape: Any, vmax: float, vmin: float) -> str | None:
+    """Why a tensor file cannot be the tensor its dump recorded (another shape, or a max or min that is not
+    the recorded one), or None. Max and min are elements, so they match exactly up to the float32 rounding
+    a recorder may apply; a file swapped, truncated into another shape or rewritten shows here."""
+    held = tuple(getattr(x, "shape", np.shape(x)))
+    if shape is not None and held != tuple(shape):
+        return f"the tensor file holds shape {list(held)}, the dump records {list(shape)}"
+    if getattr(x, "is_complex", lambda: False)() or np.iscomplexobj(x):
+        return None  # complex tensors have no max or min
+    a = _to_numpy(x)
+    if a.size == 0 or not np.issubdtype(a.dtype, np.number):
+        return None
+    with np.errstate(invalid="ignore"):
+        real = a[np.isfinite(a)] if np.issubdtype(a.dtype, np.floating) else a
+    if real.size == 0:
+        return None
+    for what, got, want in (("max", float(real.max()), vmax), ("min", float(real.min()), vmin)):
+        if want is None or not math.isfinite(want):
+            continue
+        if abs(got - want) > 1e-6 * max(abs(got), abs(want)) + 1e-30:
+            return f"the tensor file's {what} is {got:.6g}, the dump records {want:.6g}"
+    return None
 
 
 def stats_metrics(npu: dict[str, np.ndarray], bench: dict[str, np.ndarray], *, same: np.ndarray | None = None,
