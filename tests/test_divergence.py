@@ -186,3 +186,12 @@ def test_mix_level_dump_names_enclosing_modules():
     assert dv.call == "Tensor.__or__.0.forward" and dv.kind == "call"
     assert dv.modules and dv.modules[0].endswith("VocabParallelEmbedding.forward.0")
     assert "inside" in str(dv)
+
+
+def test_a_call_whose_inputs_diverge_but_outputs_agree_is_the_root():
+    """A comparison or a clamp can swallow a difference: its diverging inputs still mark where it entered."""
+    bench = chain_table([(1, 2), (2, 3), (3, 4)])
+    npu = chain_table([(1, 2), (2.5, 3), (3, 4)])  # call 1's input differs, its output does not
+    d = compare(npu, bench).first_divergence()
+    assert d is not None and d.call == "Torch.op1.0.forward" and d.kind == "inputs"
+    assert d.inputs[0][0] == "Torch.op1.0.forward.input.0" and d.outputs == []
