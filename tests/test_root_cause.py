@@ -301,3 +301,20 @@ def test_attention_dropout_is_a_draw_and_dropout_off_removes_it(tmp_path):
     off = compare(record(tmp_path / "npu2", model, step(1), level="L1", dropout_off=True),
                   record(tmp_path / "bench2", model, step(2), level="L1", dropout_off=True))
     assert off.first_divergence() is None
+
+
+def test_a_filtered_sorted_or_copied_result_keeps_its_methods(tmp_path):
+    from msprobe_nb.analysis.compare import CompareError, CompareResult
+    npu = record(tmp_path / "npu", nested_ln(1e-2), plain_step, level="mix")
+    bench = record(tmp_path / "bench", nested_ln(1e-5), plain_step, level="mix")
+    r = compare(npu, bench)
+    want = r.first_divergence().call
+    for derived in (r[r["io"] != "parameters"], r.copy(), r.sort_values("err"), r.query("step == 0"), r.head(10_000)):
+        assert isinstance(derived, CompareResult) and derived.mode == r.mode
+        assert derived.first_divergence().call == want
+        assert derived.first_divergence().frame == r.first_divergence().frame  # stacks come along too
+    forward = r[r["call"].str.endswith(".forward") | r["call"].str.contains(r"\.forward\.")]
+    assert forward.counts()["rows"] == len(forward)
+    assert r[r["call"] == "nothing"].first_divergence() is None
+    with pytest.raises(CompareError, match="select rows"):
+        r[["name", "err"]].first_divergence()
