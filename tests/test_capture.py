@@ -136,10 +136,10 @@ def fast_paths(request, monkeypatch):
     """Both ways the kit reads tensors: the optional C kernel and stack walk where built, and the torch /
     Python fallbacks (the batch staging of small tensors runs only without the kernel)."""
     if request.param == "python":
-        import msprobe_nb.capture.recorder as recorder_mod
+        import msprobe_nb.capture.stacks as stacks_mod
         import msprobe_nb.capture.stats as stats_mod
         monkeypatch.setattr(stats_mod, "_fused_at", None)
-        monkeypatch.setattr(recorder_mod, "_stack_key", None)
+        monkeypatch.setattr(stacks_mod, "_stack_key", None)
     return request.param
 
 
@@ -740,10 +740,10 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path, monkeypatch, walk):
     """Every call gets its own exact stack (Recorder.stack_id's shortcuts must not blur them): calls from
     sibling frames, a frame called again from another line, and stacks deeper than MAX_STACK_DEPTH; with the
     C stack key where it is built, and with the Python walk."""
-    from msprobe_nb.capture import recorder
+    from msprobe_nb.capture import stacks
     if walk == "python":
-        monkeypatch.setattr(recorder, "_stack_key", None)
-    elif recorder._stack_key is None:
+        monkeypatch.setattr(stacks, "_stack_key", None)
+    elif stacks._stack_key is None:
         pytest.skip("msprobe_nb.capture._stack_keys is not built (no C compiler at install, or Python < 3.11)")
     lines = {}
     here = sys._getframe
@@ -764,8 +764,8 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path, monkeypatch, walk):
         for i in range(2):
             lines[f"loop{i}"] = here().f_lineno; mid(x, f"m{i}")  # noqa: E702
         lines["direct"] = here().f_lineno; leaf(x)  # noqa: E702
-        deep(x, recorder.MAX_STACK_DEPTH + 5)
-        deep(x, recorder.MAX_STACK_DEPTH + 5)
+        deep(x, stacks.MAX_STACK_DEPTH + 5)
+        deep(x, stacks.MAX_STACK_DEPTH + 5)
     parts = read_hdf5(tmp_path / "d")
     rows = parts.calls.drop_duplicates("call").set_index("call")
 
@@ -781,22 +781,22 @@ def test_stacks_of_sibling_nested_and_deep_calls(tmp_path, monkeypatch, walk):
     assert lines["loop0"] == lines["loop1"]
     assert rows.loc["Torch.sin.0.forward", "stack_id"] == rows.loc["Torch.sin.2.forward", "stack_id"]
     deep_lines = user_lines("Torch.cos.0.forward")
-    assert len(deep_lines) == recorder.MAX_STACK_DEPTH and len(set(deep_lines)) == 1  # the one line of deep()
+    assert len(deep_lines) == stacks.MAX_STACK_DEPTH and len(set(deep_lines)) == 1  # the one line of deep()
     assert rows.loc["Torch.cos.0.forward", "stack_id"] == rows.loc["Torch.cos.1.forward", "stack_id"]
 
 
 def test_the_c_stack_key_equals_the_python_walk():
     """The optional C walk (setup.py) must build exactly the key of the Python walk: for a shallow stack, one
     deeper than MAX_STACK_DEPTH (cut there), a generator frame and a short depth."""
-    from msprobe_nb.capture import recorder
-    if recorder._stack_key is None:
+    from msprobe_nb.capture import stacks
+    if stacks._stack_key is None:
         pytest.skip("msprobe_nb.capture._stack_keys is not built (no C compiler at install, or Python < 3.11)")
     seen = []
 
     def probe():
         f = sys._getframe(1)  # a caller suspended at its call, as recorded calls' frames are
-        seen.append((recorder._stack_key(f, recorder.MAX_STACK_DEPTH), recorder._walk_key(f),
-                     recorder._stack_key(f, 2)))
+        seen.append((stacks._stack_key(f, stacks.MAX_STACK_DEPTH), stacks._walk_key(f),
+                     stacks._stack_key(f, 2)))
 
     def deep(n):
         return deep(n - 1) if n else probe()
@@ -805,12 +805,12 @@ def test_the_c_stack_key_equals_the_python_walk():
         yield probe()
 
     probe()
-    deep(recorder.MAX_STACK_DEPTH + 10)
+    deep(stacks.MAX_STACK_DEPTH + 10)
     next(gen())
     assert len(seen) == 3
     for c_key, py_key, short in seen:
         assert c_key == py_key and short == py_key[:4]
-    assert len(seen[1][0]) == 2 * recorder.MAX_STACK_DEPTH
+    assert len(seen[1][0]) == 2 * stacks.MAX_STACK_DEPTH
 
 
 def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):

@@ -61,8 +61,8 @@ class ApiMode(TorchFunctionMode):
         todo = [node]
         while todo:  # checkpointed layers feeding each other directly: no recorded call sees the earlier ones
             n = todo.pop()
-            if id(n) not in rec.replays:
-                rec.replays.add(id(n))
+            if id(n) not in rec.grads.replays:
+                rec.grads.replays.add(id(n))
                 self._replay(n)
                 todo.extend(nxt for nxt, _ in n.next_functions if type(nxt) is _CHECKPOINT_NODE)
 
@@ -83,7 +83,7 @@ class ApiMode(TorchFunctionMode):
                 mode.replaying -= 1
                 mode.__exit__(None, None, None)
 
-        rec.keep_hooks(node.register_prehook(pre), node.register_hook(post))
+        rec.grads.keep(node.register_prehook(pre), node.register_hook(post))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -161,7 +161,7 @@ class ApiMode(TorchFunctionMode):
             if first is not None and out is not first and first._version != version:
                 rec.mark_written(first, c.call)
             if grads:
-                rec.attach_api_backward(c, out, inputs, seq0)
+                rec.grads.attach_api_backward(c, out, inputs, seq0)
         except Exception as exc:
             rec.note_error(f"outputs of {family}.{op}", exc)
         finally:

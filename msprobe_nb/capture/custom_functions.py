@@ -117,14 +117,14 @@ class CustomFunctions:
         rec = self.recorder
         rec.add_rows(c, "forward", "output", t, prefix=str(nr), set_producer=True)
         if first and c.dump:
-            rec.keep_hooks(node.register_hook(self._backward_hook(c, paths)))
+            rec.grads.keep(node.register_hook(self._backward_hook(c, paths)))
 
     def _backward_hook(self, c, paths: list[str]):
         from msprobe_nb.capture.recorder import Call
 
         rec = self.recorder
         bname = f"Function.{c.op}.{c.counter}.backward"
-        parent = rec._backward_of(c.parent) if c.parent else ""
+        parent = rec.grads.backward_of(c.parent) if c.parent else ""
 
         def hook(grad_inputs, grad_outputs):
             if not rec.active:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from msprobe_nb.capture.recorder import Call, Recorder, caller_frame
+from msprobe_nb.capture.recorder import Call, Recorder
+from msprobe_nb.capture.stacks import caller_frame
 
 _is_compiling = torch.compiler.is_compiling
 _graph_task_id = torch._C._current_graph_task_id

@@ -81,8 +81,8 @@ class ModuleHooks:
                     params = {k: v for k, v in module._parameters.items() if v is not None}
                     if params:
                         rec.add_rows(c, "forward", "parameters", params)
-                    rec.attach_module_backward(c, args, output)
-                rec.watch_parameters(module, c.module_path)
+                    rec.grads.attach_module_backward(c, args, output)
+                rec.grads.watch_parameters(module, c.module_path)
             except Exception as exc:
                 rec.note_error(f"forward hook of {type(module).__name__}", exc)
         return None

@@ -1,63 +1,32 @@
-"""The recording state of one dump: counters, the step's buffered rows, stacks, provenance, the writer.
+"""The recording state of one dump: counters, the step's buffered rows, provenance, module paths.
 
 The modes and hooks (api_mode, module_hooks, dispatch_mode) only call into a :class:`Recorder`; it turns
 what they saw into rows of the schema's calls table and hands a whole step to the store at once. Rows
 are buffered in memory and written, then flushed, at each step boundary, so a crash mid-step loses only
-the step in progress.
+the step in progress. Stacks (``stacks``), gradient hooks (``grad_hooks``) and custom Functions
+(``custom_functions``) are the recorder's parts, each in its own module.
 """
 from __future__ import annotations
 
-import inspect
-import linecache
-import os
-import sys
 import threading
-import tokenize
 import warnings
 import weakref
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import torch
 
-from msprobe_nb.capture.api_backward import BackwardRows, CallGraph
+from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the modes import them from here
 from msprobe_nb.capture.custom_functions import CustomFunctions
+from msprobe_nb.capture.grad_hooks import GradientHooks
 from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
+from msprobe_nb.capture.stacks import StackTable, _stack_key  # noqa: F401 - _stack_key: which walk is used
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
 
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward (a recompute)
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: the kit's recording machinery: its frames are left out of user stacks (the demo's are kept)
-_KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
-              os.path.join(_PKG_DIR, "magics.py"))
-MAX_STACK_DEPTH = 64
-#: generator and coroutine frames: suspended and resumed under other callers, so their ancestors change
-_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
-try:  # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, ~4x faster
-    from msprobe_nb.capture._stack_keys import stack_key as _stack_key
-except ImportError:
-    _stack_key = None
-
-
-def _walk_key(frame) -> tuple[int, ...]:
-    """(f_lasti, id(f_code)) of ``frame`` and its callers, MAX_STACK_DEPTH frames at most: a stack's key.
-    The instruction is cheaper to read than f_lineno; it is turned into a line once, for a new key."""
-    key = []
-    app = key.append
-    f = frame
-    depth = MAX_STACK_DEPTH
-    while f is not None and depth:
-        app(f.f_lasti)
-        app(id(f.f_code))
-        f = f.f_back
-        depth -= 1
-    return tuple(key)
-
 # Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
 # own fields are stored once per call), stats and hashes are looked up by index at flush time.
 ROW_FIELDS = (
@@ -66,46 +35,10 @@ ROW_FIELDS = (
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
 
-#: APIs whose output holds exactly the elements of their first input, in another shape or layout: the
-#: output reuses the input's statistics instead of reducing the same values again, and in backward the
-#: gradient of that input reuses the statistics of the gradient of the output (the same elements, too).
-SAME_ELEMENTS = frozenset({
-    ("Tensor", n) for n in ("view", "reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze",
-                            "contiguous", "clone", "detach", "view_as", "reshape_as", "unflatten", "movedim",
-                            "swapaxes", "swapdims", "mT")} | {
-    ("Torch", n) for n in ("reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze", "clone",
-                           "detach", "movedim", "swapaxes", "swapdims")})
-
 #: columns that are fields of the call, not of the row: (column, Call attribute)
 CALL_FIELDS = (("call_index", "index"), ("call", "call"), ("family", "family"), ("op", "op"),
                ("module_path", "module_path"), ("counter", "counter"), ("direction", "direction"),
                ("stack_id", "stack_id"), ("parent", "parent"), ("rng", "rng"), ("rng_state", "rng_state"))
-
-
-@dataclass(slots=True)
-class Call:
-    """One recorded call (forward API, module forward, backward, parameter gradients)."""
-
-    call: str
-    family: str
-    op: str
-    counter: int
-    direction: str
-    module_path: str = ""
-    parent: str = ""
-    stack_id: int = -1
-    index: int = -1
-    rng: str = ""
-    rng_state: str = ""
-    dump: bool = True
-    slot: int = -1  # position in Recorder.calls once it has rows
-
-
-def _backward_name(call: str) -> str:
-    if call.startswith("Module.") and ".forward." in call:
-        head, _, tail = call.rpartition(".forward.")
-        return f"{head}.backward.{tail}"
-    return call[: -len("forward")] + "backward" if call.endswith(".forward") else call
 
 
 class Recorder:
@@ -125,23 +58,11 @@ class Recorder:
         self.module_stack: list[tuple[torch.nn.Module, Call]] = []
         self.module_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._registered: tuple = ()
-        self._stack_ids: dict[tuple, int] = {}
-        self._stack_keys: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
-        # The frame of the last recorded call and its stack ids by instruction. While a function's frame
-        # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
-        # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
-        # another frame records or the step ends.
-        self._last_frame = None
-        self._last_frame_sids: dict[int, int] = {}
+        self.stacks = StackTable(bool(cfg.stack))
+        self.stack_id = self.stacks.stack_id  # bound once: it runs on every recorded call
         self._wanted: dict[tuple[str, str], bool] = {}
-        self._codes: dict[int, Any] = {}
-        self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
-        self._handles: list = []  # autograd hooks of this step, removed at the step boundary
-        self.replays: set[int] = set()  # ids of checkpoint nodes whose backward is recorded (api_mode)
+        self.grads = GradientHooks(self)  # API and module backward, parameter gradients
         self.functions = CustomFunctions(self)  # custom autograd.Function calls of this step
-        self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
-        self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
-        self._param_hooks: dict[int, Any] = {}
         self.scope_on = not cfg.scope
         self._all_data = not cfg.data_mode or "all" in cfg.data_mode  # no data_mode filter to apply
         self._select_all = not cfg.scope and not cfg.list  # no scope / list filter to apply
@@ -176,7 +97,7 @@ class Recorder:
         self.rows = []
         self.calls = []
         self.construct = {}
-        self._new_stacks.clear()
+        self.stacks.flushed()
         self.summarizer.reset()
         self._stale = True
 
@@ -233,65 +154,6 @@ class Recorder:
         return (not has_dir or d in modes) and (not has_io or io_kind in modes or io in ("parameters",))
 
     # ------------------------------------------------------------------ stacks
-    def stack_id(self, frame) -> int:
-        """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
-
-        The key is a tuple of (instruction offset, id(code)) integers for every frame, kit frames
-        included: hashing code objects is slow, and the walk is on every call. A new key is described once
-        by the (file, line, function) of its user frames, and keys described alike share one id. The code
-        objects of every key are kept alive in ``_codes``, so their ids cannot be reused by other code.
-        """
-        if not self.cfg.stack or frame is None:
-            return -1
-        if frame is self._last_frame:  # another call from the frame of the last one: same ancestors
-            sid = self._last_frame_sids.get(frame.f_lasti)
-            if sid is not None:
-                return sid
-        elif frame.f_code.co_flags & _RESUMABLE:  # a generator is resumed from anywhere: no shortcut
-            self._last_frame = None
-        else:
-            self._last_frame = frame
-            self._last_frame_sids = {}
-        key = _stack_key(frame, MAX_STACK_DEPTH) if _stack_key is not None else _walk_key(frame)
-        sid = self._stack_ids.get(key)
-        if sid is None:
-            sid = self._stack_ids[key] = self._new_stack(frame)
-        if self._last_frame is frame:
-            self._last_frame_sids[frame.f_lasti] = sid
-        return sid
-
-    def _new_stack(self, frame) -> int:
-        """Id of the stack above ``frame``, deduplicated by (file, line, function) of its user frames; the
-        source text is read at the step's end (:meth:`_render_new_stacks`)."""
-        frames = []
-        f = frame
-        depth = MAX_STACK_DEPTH
-        while f is not None and depth:
-            code = f.f_code
-            self._codes[id(code)] = code
-            if not code.co_filename.startswith(_KIT_FILES):
-                frames.append((code.co_filename, _line_of(code, f.f_lasti), code.co_name))
-            f = f.f_back
-            depth -= 1
-        key = tuple(frames)
-        sid = self._stack_keys.get(key)
-        if sid is None:
-            sid = self._stack_keys[key] = len(self._stack_keys)
-            self._new_stacks[sid] = frames
-        return sid
-
-    def _render_new_stacks(self) -> dict[int, list[str]]:
-        """msprobe's stack.json text of the stacks first seen this step."""
-        if not self._new_stacks:
-            return {}
-        wanted: dict[str, set[int]] = {}
-        for frames in self._new_stacks.values():
-            for filename, ln, _ in frames:
-                wanted.setdefault(filename, set()).add(ln)
-        text = _source_lines(wanted)
-        return {sid: [f"File {fn}, line {ln}, in {name}, \n {text.get((fn, ln), '')}" for fn, ln, name in frames]
-                for sid, frames in self._new_stacks.items()}
-
     # ------------------------------------------------------------------ calls
     def current_parent(self) -> str:
         return self.module_stack[-1][1].call if self.module_stack else ""
@@ -421,37 +283,6 @@ class Recorder:
             return
         self._next_tensor_id += 1
 
-    # ------------------------------------------------------------------ gradients
-    def attach_api_backward(self, c: Call, out: Any, inputs: list | None, seq0: int) -> None:
-        """Record the API's backward when autograd runs the nodes the call made: the gradients of its outputs
-        in, the gradient of each tensor input out (see :mod:`msprobe_nb.capture.api_backward`).
-
-        ``inputs`` are the call's inputs that require grad, with their gradient edges from before the call;
-        ``seq0`` the thread's autograd sequence number when the call began. An output that is an input passed
-        through (``x.to(x.dtype)``, ``contiguous()``) is no node of the call's, and a call without one has no
-        backward.
-        """
-        if not c.dump or not torch.is_grad_enabled():
-            return
-        graph = CallGraph.of(out, inputs, seq0)
-        if graph is None:
-            return
-        recorder = self
-        call = c.call
-        bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
-        parent = self._backward_of(c.parent) if c.parent else ""
-
-        def open_call() -> Call:
-            b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
-                     recorder._take_index())
-            if parent:
-                recorder.construct[bname] = parent
-            return b
-
-        rows = BackwardRows(self, graph, [p for p, _ in inputs or ()], open_call, (c.family, c.op) in SAME_ELEMENTS)
-        for node in graph.nodes():
-            self._handles.append(node.register_hook(rows.hook_for(node)))
-
     def mark_written(self, t: torch.Tensor, call: str) -> None:
         """``call`` wrote into ``t`` in place and returned something else (``x[i] = v``): from now on ``t``
         is the call's product, not its creator's (uninitialised memory filled, a buffer overwritten)."""
@@ -461,123 +292,17 @@ class Recorder:
             self._next_tensor_id += 1
             e[4] = call
 
-    def _backward_of(self, call: str) -> str:
-        """The backward call name of a forward call (cached: the same names come back every step)."""
-        name = self._backward_names.get(call)
-        if name is None:
-            name = self._backward_names[call] = _backward_name(call)
-        return name
-
-    def attach_module_backward(self, c: Call, args: Any, out: Any) -> None:
-        """Module backward through tensor hooks on its outputs and inputs (no BackwardHook node is inserted,
-        so gradients are computed exactly as without the kit; the input side is the input tensor's full grad).
-
-        One plain ``register_hook`` per tensor, shared by every module that sees it (one module's output is
-        usually the next one's input): each gradient becomes its rows when autograd computes it.
-        """
-        if not c.dump or not torch.is_grad_enabled():
-            return
-        outs = [(p, t) for p, t in leaves(out if isinstance(out, (tuple, list, dict)) else [out])
-                if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not outs:
-            return
-        ins = [(p, t) for p, t in leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
-        bname = self._backward_of(c.call)
-        parent = self._backward_of(c.parent) if c.parent else ""
-        b = Call(bname, "Module", c.op, c.counter, "backward", module_path=c.module_path, parent=parent,
-                 stack_id=c.stack_id)
-        watched = self._grad_watch
-        for io, items in (("input", outs), ("output", ins)):
-            for path, t in items:
-                hit = watched.get(id(t))
-                if hit is None or hit[0]() is not t:
-                    consumers: list = []
-                    self._handles.append(t.register_hook(self._grad_hook(consumers)))
-                    watched[id(t)] = (weakref.ref(t), consumers)
-                else:
-                    consumers = hit[1]
-                consumers.append((b, io, path))
-
-    def _grad_hook(self, consumers: list):
-        """The hook of one tensor: its gradient is a row of each module backward in ``consumers``."""
-        recorder = self
-
-        def hook(grad):
-            if recorder.active:
-                with recorder.working():
-                    try:
-                        for b, io, path in consumers:
-                            if io == "output" and b.index < 0:
-                                # an input's gradient before any of the module's output gradients: this
-                                # module call's outputs take no part in this backward (a forward recomputed
-                                # by non-reentrant checkpointing shares its inputs with the original)
-                                continue
-                            if b.index < 0:
-                                b.index = recorder._take_index()
-                                recorder.construct[b.call] = b.parent or None
-                            recorder.add_rows(b, "backward", io, grad, prefix=path)
-                    except Exception as exc:  # never break the user's backward
-                        recorder.note_error("a module backward", exc)
-        return hook
-
-    def watch_parameters(self, module: torch.nn.Module, path: str) -> None:
-        """Parameter gradients: a post-accumulate hook per parameter, removed when recording stops."""
-        if self.cfg.level not in ("L0", "mix"):
-            return
-        cls = type(module).__name__
-        for pname, p in module._parameters.items():
-            if p is None:
-                continue
-            if id(p) in self._param_hooks or not p.requires_grad:
-                continue
-            self._param_hooks[id(p)] = p.register_post_accumulate_grad_hook(
-                self._param_grad_hook(path, cls, pname))
-
-    def _param_grad_hook(self, path: str, cls: str, pname: str):
-        recorder = self
-
-        def hook(p):
-            if not recorder.active or p.grad is None:
-                return
-            with recorder.working():
-                try:
-                    record_grad(p)
-                except Exception as exc:  # never break the user's backward
-                    recorder.note_error(f"the gradient of {path}.{pname}", exc)
-
-        def record_grad(p):
-            key = f"{path}.{cls}.{pname}"
-            k = recorder.grad_counters.get(key, 0)
-            recorder.grad_counters[key] = k + 1
-            name = f"Module.{path}.{cls}.parameters_grad.{k}"
-            index = recorder.grad_counters.get(name)  # one call per module and firing: params share it
-            if index is None:
-                index = recorder.grad_counters[name] = recorder._take_index()
-            c = Call(name, "Module", cls, k, "parameters_grad", module_path=path, index=index)
-            c.dump = recorder.selected(name, "Module", cls)
-            recorder.add_rows(c, "parameters_grad", "parameters_grad", {pname: p.grad})
-
-        return hook
-
-    def keep_hooks(self, *handles) -> None:
-        """Hooks a mode or hook installed for this step: removed at the step boundary with the others."""
-        self._handles.extend(handles)
-
+    # ------------------------------------------------------------------ hooks
     def remove_step_hooks(self) -> None:
-        self.replays.clear()
+        """The step is over: remove its autograd hooks and forget its frames and Function calls."""
+        self.grads.remove_step()
         self.functions.reset()
-        self._last_frame = None  # let the frame and its locals go
-        self._last_frame_sids = {}
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._grad_watch.clear()
+        self.stacks.release_frame()
 
     def remove_all_hooks(self) -> None:
+        """Recording stops: the step's hooks and the parameters' gradient hooks go."""
         self.remove_step_hooks()
-        for h in self._param_hooks.values():
-            h.remove()
-        self._param_hooks.clear()
+        self.grads.remove_parameters()
 
     # ------------------------------------------------------------------ module paths
     def module_path(self, module: torch.nn.Module) -> str | None:
@@ -668,7 +393,7 @@ class Recorder:
                     tensors[dn] = self.summarizer.tensors[i]
                 data_names[r] = dn
             out["data_name"] = data_names
-        return {"columns": out, "tensors": tensors, "stacks": self._render_new_stacks(),
+        return {"columns": out, "tensors": tensors, "stacks": self.stacks.render_new(),
                 "construct": dict(self.construct)}
 
     def note_error(self, where: str, exc: BaseException) -> None:
@@ -678,43 +403,6 @@ class Recorder:
             warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
                           RuntimeWarning, stacklevel=3)
         self.errors.append(msg)
-
-
-def _source_lines(wanted: dict[str, set[int]]) -> dict[tuple[str, int], str]:
-    """Stripped source text of each wanted (file, line), reading each file once up to its last wanted line.
-
-    Why not ``linecache.getline`` alone: it keeps every file it reads for the rest of the process, and the
-    torch sources a training step's stacks pass through (functional.py, module.py, ...) held about 4 MB,
-    which counts against peak memory. Files linecache already holds (notebook cells, tracebacks) are read
-    from it; other sources it alone can load (zip imports) are read through it and dropped again.
-    """
-    out: dict[tuple[str, int], str] = {}
-    for filename, lines in wanted.items():
-        if filename in linecache.cache:
-            for ln in lines:
-                out[filename, ln] = linecache.getline(filename, ln).strip()
-            continue
-        try:
-            last = max(lines)
-            with tokenize.open(filename) as fh:  # honours the file's coding declaration, as linecache does
-                for i, text in enumerate(fh, 1):
-                    if i in lines:
-                        out[filename, i] = text.strip()
-                    if i >= last:
-                        break
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-            for ln in lines:
-                out[filename, ln] = linecache.getline(filename, ln).strip()
-            linecache.cache.pop(filename, None)
-    return out
-
-
-def _line_of(code, lasti: int) -> int:
-    """Source line of the instruction at byte offset ``lasti`` (what ``frame.f_lineno`` reports)."""
-    for start, end, line in code.co_lines():
-        if start <= lasti < end and line is not None:
-            return line
-    return code.co_firstlineno
 
 
 class _Working:
@@ -769,11 +457,3 @@ class _Vocab:
 KIND_TENSOR, KIND_NONE, KIND_VALUE = 0, 1, 2
 _KINDS = _Vocab(("tensor", "none", "value"))
 DEVICE_CPU = 1  # code of "cpu" in Recorder._devices (code 0: no device)
-
-
-def caller_frame(depth: int = 2):
-    """The first frame outside msprobe_nb, ``depth`` frames up."""
-    f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith(_KIT_FILES):
-        f = f.f_back
-    return f
