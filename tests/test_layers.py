@@ -83,3 +83,71 @@ def test_ci_lints_after_installing_and_before_testing():
     lint = [i for i, line in enumerate(lines) if line == "ruff check msprobe_nb tests benchmarks"]
     tests = [i for i, line in enumerate(lines) if line.startswith("python -m pytest")]
     assert lint and tests and install < lint[0] < tests[0]
+
+
+# -------------------------------------------------------------------------------------- the import rules
+#: what each layer may import from the package (docs/architecture.md, "Rules between the layers")
+ALLOWED = {
+    "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema"),  # the calls-table contract it fills
+    "store": ("msprobe_nb.store", "msprobe_nb"),  # "msprobe_nb" alone: the package version
+    "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis"),
+    "viewers": ("msprobe_nb.viewers", "msprobe_nb.analysis", "msprobe_nb.store"),
+    "config": (),
+}
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """module -> the msprobe_nb modules it imports (statically, relative imports resolved)."""
+    import ast
+    out: dict[str, set[str]] = {}
+    for p in (REPO / "msprobe_nb").rglob("*.py"):
+        parts = p.relative_to(REPO).with_suffix("").parts
+        mod = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        pkg = mod if parts[-1] == "__init__" else mod.rpartition(".")[0]
+        found = out.setdefault(mod, set())
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1] if node.level else []
+                name = ".".join(base + [node.module] if node.module else base) if node.level else node.module or ""
+                names = [name] + [f"{name}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found.update(n for n in names if n == "msprobe_nb" or n.startswith("msprobe_nb."))
+    return out
+
+
+def _known(name: str, modules: set[str]) -> str | None:
+    """The module an imported name refers to (``from pkg import mod`` names a module; ``from mod import X``
+    names something in mod)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_each_layer_imports_only_what_it_may():
+    imports = _package_imports()
+    modules = set(imports)
+    bad = []
+    for mod, names in sorted(imports.items()):
+        layer = mod.split(".")[1] if mod.count(".") else ""
+        layer = "config" if mod == "msprobe_nb.config" else layer
+        if layer not in ALLOWED:
+            continue  # the shells: debugger, magics, cli, demo, seeding and the package itself
+        for name in names:
+            target = _known(name, modules)
+            if target is None or target == mod:
+                continue
+            if not any(target == a or target.startswith(a + ".") for a in ALLOWED[layer]) \
+                    or (target == "msprobe_nb" and layer != "store"):
+                bad.append(f"{mod} imports {target}")
+    assert bad == [], "layer rule broken (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_no_layer_imports_the_shells():
+    shells = {"msprobe_nb.debugger", "msprobe_nb.magics", "msprobe_nb.cli", "msprobe_nb.demo"}
+    imports = _package_imports()
+    bad = [f"{m} imports {n}" for m, names in imports.items() if m.count(".") >= 2
+           for n in names if _known(n, set(imports)) in shells]
+    assert bad == []
