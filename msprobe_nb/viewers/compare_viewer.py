@@ -1,9 +1,9 @@
 """``CompareViewer(result)``: browse a comparison (verdicts, metrics, call detail, plots, randomness trace).
 
-Same plain-Python core as :class:`~msprobe_nb.viewers.dump_viewer.DumpViewer` (``state``, ``set_state``,
-``rows``, ``selected``), plus the verdict filter, the first divergence and a trace pane that shows the
-chain from the first divergence back to its random source (from ``msprobe_nb.analysis.provenance`` when
-available, or a trace passed in).
+Same plain-Python core as :class:`~msprobe_nb.viewers.dump_viewer.DumpViewer` (both are a
+:class:`~msprobe_nb.viewers.base.BaseViewer`: ``state``, ``set_state``, ``rows``, ``selected``), plus the
+verdict filter, the first divergence and a trace pane that shows the chain from the first divergence back
+to its random source (from ``msprobe_nb.analysis.provenance`` when available, or a trace passed in).
 """
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 
 from . import plots as P
-from .dump_viewer import Detail, _Viewer, frames_html, parse_frames
+from .base import BaseViewer
+from .detail import Detail, frames_html, parse_frames
 from .table import VERDICTS, cell_styles, render_html
+from .viewer_widgets import ViewerWidgets, opt
 
 __all__ = ["TRACE_COLUMNS", "CompareViewer", "trace_frame", "trace_html"]
 
@@ -116,7 +118,7 @@ def trace_html(trace: Any, message: str = "") -> str:
 
 
 # ------------------------------------------------------------------------------------------ viewer
-class CompareViewer(_Viewer):
+class CompareViewer(BaseViewer):
     """Browse ``compare(npu, bench)``: ``CompareViewer(result)``; ``display(viewer)`` in Jupyter.
 
     ``npu`` / ``bench``: the dumps (default: those the result was computed from) for stacks and tensor plots.
@@ -293,13 +295,14 @@ class CompareViewer(_Viewer):
         parts.append(f"<pre style='font-size:12px;margin:2px 0;white-space:pre-wrap'>{html.escape(text)}</pre>")
         return "".join(parts)
 
-    def _extra_filter_widgets(self, w: dict[str, Any]) -> list:
+    def _extra_filter_widgets(self, shell: ViewerWidgets) -> list:
         import ipywidgets as W
 
-        levels = [v for v in VERDICTS if v in self._ix.uniques("result")] if self._ix.has("result") else []
+        w, ix = shell.w, shell.table_view.ix
+        levels = [v for v in VERDICTS if v in ix.uniques("result")] if ix.has("result") else []
         w["verdict"] = W.ToggleButtons(options=["all", *levels], value="all", description="verdict",
                                        style={"button_width": "auto"})
-        matches = self._ix.uniques("match") if self._ix.has("match") else []
+        matches = ix.uniques("match") if ix.has("match") else []
         w["match"] = W.Dropdown(options=["all", *matches], value="all", description="match",
                                 layout=W.Layout(width="14em", display="" if len(matches) > 1 else "none"))
         w["diverges"] = W.Checkbox(value=bool(self.state.diverges), description="diverging rows only",
@@ -307,16 +310,9 @@ class CompareViewer(_Viewer):
         w["goto_div"] = W.Button(description="first divergence ▶", disabled=self.divergence is None,
                                  layout=W.Layout(width="12em"))
 
-        def handler(key):
-            def h(c):
-                if not self._syncing:
-                    self.set_state(**{key: None if c["new"] in ("all", "") else c["new"]})
-            return h
-
-        w["verdict"].observe(handler("verdict"), names="value")
-        w["match"].observe(handler("match"), names="value")
-        w["diverges"].observe(lambda c: None if self._syncing else self.set_state(diverges=True if c["new"]
-                                                                                   else None), names="value")
+        shell.bind("verdict", opt)
+        shell.bind("match", opt)
+        shell.bind("diverges", lambda x: True if x else None)
 
         def goto(_):
             self.goto_divergence()
@@ -328,12 +324,13 @@ class CompareViewer(_Viewer):
     def _extra_state_widgets(self) -> tuple[str, ...]:
         return ("verdict", "match")
 
-    def _sync_extra(self) -> None:
-        self._w["diverges"].value = bool(self.state.diverges)
+    def _sync_extra(self, shell: ViewerWidgets) -> None:
+        shell.w["diverges"].value = bool(self.state.diverges)
 
-    def _extra_tabs(self, w: dict[str, Any]) -> list[tuple[str, Any]]:
+    def _extra_tabs(self, shell: ViewerWidgets) -> list[tuple[str, Any]]:
         import ipywidgets as W
 
+        w = shell.w
         w["trace"] = W.HTML("<p>open this tab to trace the first divergence to its random source</p>")
         return [("Trace", w["trace"])]
 
