@@ -80,6 +80,9 @@ class Debugger:
         self._closed = False
         self._froze = False
         self._gc_threshold: tuple | None = None  # the user's gc thresholds while we record
+        self._dropped: dict[int, str] = {}  # step -> why its rows could not be written
+        self._unmarked: list[tuple[int, int | None]] = []  # dropped before the dump file existed
+        self._stacks_owed: dict = {}  # stacks sent with a dropped step: the recorder will not send them again
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -225,11 +228,20 @@ class Debugger:
             self._restore_gc()
 
     def step(self) -> None:
-        """End a training step: write it, reset the per-step counters, move on (msprobe's ``step()``)."""
+        """End a training step: write it, reset the per-step counters, move on (msprobe's ``step()``).
+
+        The counter moves on even when writing fails (a full disk): that step is dropped and marked as such
+        in the dump, the error says so, and the next step keeps its own number instead of merging into it.
+        """
         if self._recorder is None:
             return
+        try:
+            self._flush()
+        finally:
+            self._next_step()
+
+    def _next_step(self) -> None:
         rec = self._recorder
-        self._flush()
         rec.remove_step_hooks()
         rec.step += 1
         rec.reset_step()
@@ -247,12 +259,14 @@ class Debugger:
         """Stop, write and close the dump file. Idempotent; also run at interpreter exit."""
         if self._closed:
             return
-        self.stop()
-        if self._recorder is not None:
-            self._recorder.remove_all_hooks()
-        if self._writer is not None:
-            self._writer.close()
-        self._closed = True
+        try:
+            self.stop()
+        finally:
+            if self._recorder is not None:
+                self._recorder.remove_all_hooks()
+            if self._writer is not None:
+                self._writer.close()
+            self._closed = True
 
     def __enter__(self) -> Debugger:
         return self.start()
@@ -276,19 +290,60 @@ class Debugger:
             meta["seed_report"] = str(self._seed_report)
         self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta,
                                   tensor_compression="lzf" if cfg.compress_tensors else None)
+        for step, code in self._unmarked:  # steps dropped before the file existed
+            self._writer.mark_dropped(step, code)
+        self._unmarked.clear()
 
     def _flush(self) -> None:
         rec = self._recorder
         if rec is None:
             return
         with rec.working():  # the kit's own torch calls (tensor copies, hashes) are never recorded
-            data = rec.materialize()
-            if data is None:
-                return
-            if self._writer is None:
-                self._open_writer()
-            self._writer.write_step(rec.step, data["columns"], data["stacks"], data["construct"], data["tensors"])
+            stacks = None
+            try:
+                data = rec.materialize()
+                if data is None:
+                    return
+                # the recorder sends each stack once: those of a dropped step go with the next one written
+                stacks = {**self._stacks_owed, **data["stacks"]} if self._stacks_owed else data["stacks"]
+                if self._writer is None:
+                    self._open_writer()
+                self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"])
+            except BaseException as exc:
+                rec.flushed()  # dropped: kept, they would be written later under the next step's number
+                if stacks is not None:
+                    self._stacks_owed = stacks
+                err = self._drop(rec.step, exc)
+                if err is None:
+                    raise
+                raise err from exc
+            self._stacks_owed = {}
         rec.flushed()
+
+    def _drop(self, step: int, exc: BaseException):
+        """Note that ``step``'s rows are lost, in the dump too; the error to raise (None: ``exc`` itself,
+        with a note saying what was lost)."""
+        from msprobe_nb.store.hdf5_writer import DumpWriteError
+        code = exc.errno if isinstance(exc, OSError) else None
+        why = f"{type(exc).__name__}: {os.strerror(code) if code else exc}"  # HDF5's full text is the __cause__
+        self._dropped[step] = why
+        if self._writer is not None:
+            self._writer.mark_dropped(step, code)
+        else:
+            self._unmarked.append((step, code))  # no file yet: marked once one is created
+        where = str(self._writer.path if self._writer is not None else self.dump_dir)
+        msg = (f"msprobe_nb: step {step} could not be written to {where!r} and its rows are dropped "
+               f"({why}); the dump marks the step as dropped (Dump.dropped_steps) and "
+               "later steps keep their numbers")
+        if isinstance(exc, OSError):
+            return DumpWriteError(code, msg, step, where)
+        exc.add_note(msg)
+        return None
+
+    @property
+    def dropped_steps(self) -> dict[int, str]:
+        """Steps whose rows (some or all) could not be written, and why; the dump marks them too."""
+        return dict(self._dropped)
 
     def load(self):
         """The dump written so far, as a :class:`msprobe_nb.Dump`."""

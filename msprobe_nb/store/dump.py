@@ -58,6 +58,12 @@ class Dump:
         return sorted(int(s) for s in self.calls["step"].unique())
 
     @property
+    def dropped_steps(self) -> list[int]:
+        """Steps some or all of whose rows were lost because writing them failed (a full disk); the reasons
+        are in ``meta["dropped"]``. Other steps keep their numbers: nothing was renumbered or merged."""
+        return list(self.meta.get("dropped_steps") or [])
+
+    @property
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in self.calls["rank"].unique())
 
@@ -200,8 +206,9 @@ class Dump:
     def __repr__(self) -> str:
         n_calls = len(self.calls.drop_duplicates(["step", "rank", "call"]))
         what = " ".join(x for x in (self.meta.get("format", ""), self.task, self.level) if x)
+        lost = f", dropped steps {_span(self.dropped_steps)}" if self.dropped_steps else ""
         return (f"<Dump {what or 'dump'}: steps {_span(self.steps)}, ranks {_span(self.ranks)}, "
-                f"{n_calls} calls, {len(self.calls)} rows, from {self.source!r}>")
+                f"{n_calls} calls, {len(self.calls)} rows{lost}, from {self.source!r}>")
 
 
 def _keep_rank_entry(entry: Any, steps: set[int] | None, ranks: set[int] | None) -> bool:

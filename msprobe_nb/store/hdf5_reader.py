@@ -7,6 +7,7 @@ not a readable dump of a supported version raises :class:`DumpFormatError` namin
 from __future__ import annotations
 
 import ctypes
+import errno as errno_codes
 import json
 import os
 import struct
@@ -24,9 +25,11 @@ from msprobe_nb.store.errors import DumpFormatError  # re-exported: older code i
 from msprobe_nb.store.hdf5_writer import (
     COMMIT_MAGIC,
     ENCODINGS,
+    FLAG_DROPPED,
     FORMAT_NAME,
     GROUPS,
     INDEX_FIELDS,
+    INDEX_FIELDS_V3,
     INT_NA,
     LAYOUT_VERSION,
     RANK_FILE_RE,
@@ -39,6 +42,10 @@ __all__ = ["DumpFormatError", "is_hdf5_dump", "rank_files", "read_hdf5"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _F = {name: i for i, name in enumerate(INDEX_FIELDS)}
+#: The ``/index/steps`` column lists a file may have (its ``fields`` attribute): layouts 1-3, and 4.
+_KNOWN_FIELDS = (INDEX_FIELDS_V3, INDEX_FIELDS)
+#: Layouts this reader reads; 1 and 2 differ in their tails, 3 in its index (no ``flags``).
+_LAYOUTS = (1, 2, 3, LAYOUT_VERSION)
 #: What h5py, numpy and the decoders raise on damaged files; turned into DumpFormatError.
 _READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
 _LENGTHS = [_F[g] for g in GROUPS] + [_F[f"u{w}"] for w in TENSOR_WIDTHS]
@@ -145,12 +152,12 @@ def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:
             f"{str(path)!r}: HDF5 file is not a msprobe_nb dump (root attribute format={attrs.get('format')!r}, "
             f"expected {FORMAT_NAME!r})"
         )
-    for key, want in (("schema_version", SCHEMA_VERSION), ("layout_version", LAYOUT_VERSION)):
-        if attrs.get(key) != want and not (key == "layout_version" and attrs.get(key) in (1, 2)):  # older: read too
-            raise DumpFormatError(
-                f"{str(path)!r}: {key} {attrs.get(key)!r} is not supported (this msprobe_nb reads {key} "
-                f"{'1, 2 or ' if key == 'layout_version' else ''}{want})"
-            )
+    if attrs.get("schema_version") != SCHEMA_VERSION:
+        raise DumpFormatError(f"{str(path)!r}: schema_version {attrs.get('schema_version')!r} is not supported "
+                              f"(this msprobe_nb reads schema_version {SCHEMA_VERSION})")
+    if attrs.get("layout_version") not in _LAYOUTS:
+        raise DumpFormatError(f"{str(path)!r}: layout_version {attrs.get('layout_version')!r} is not supported "
+                              f"(this msprobe_nb reads layout_version {', '.join(map(str, _LAYOUTS))})")
     return attrs
 
 
@@ -158,16 +165,29 @@ def _index_rows(f: h5py.File, path: Path) -> np.ndarray:
     """``/index/steps``, read only once its extent is known to fit the file (chunks of fill rows cost no disk
     space, so a damaged extent could otherwise ask for gigabytes of zeros)."""
     ds = _dataset(f, "index/steps")
-    if ds.ndim != 2 or ds.shape[1] != len(INDEX_FIELDS) or ds.dtype != np.int64:
+    try:
+        fields = json.loads(_attr(ds.attrs["fields"])) if "fields" in ds.attrs else INDEX_FIELDS_V3
+    except (TypeError, ValueError):
+        fields = None
+    if fields not in _KNOWN_FIELDS:
+        raise DumpFormatError(f"{str(path)!r}: /index/steps lists fields {fields!r}, which is none of the "
+                              "layouts this msprobe_nb reads")
+    if ds.ndim != 2 or ds.shape[1] != len(fields) or ds.dtype != np.int64:
         raise DumpFormatError(f"{str(path)!r}: /index/steps is {ds.dtype}{list(ds.shape)}, expected int64 "
-                              f"[n, {len(INDEX_FIELDS)}]")
+                              f"[n, {len(fields)}]")
     block = ds.chunks[0] if ds.chunks else 1
     size = path.stat().st_size
     most = (size // (block * ds.shape[1] * 8) + 2) * block  # every allocated chunk, plus the growing one
     if ds.shape[0] > most:
         raise DumpFormatError(f"{str(path)!r}: /index/steps claims {ds.shape[0]} rows; a file of {size} bytes "
                               f"holds at most {most}")
-    return ds[()]
+    rows = ds[()]
+    if fields == INDEX_FIELDS:
+        return rows
+    out = np.zeros((len(rows), len(INDEX_FIELDS)), np.int64)  # older rows in today's columns (flags 0)
+    for j, name in enumerate(fields):
+        out[:, _F[name]] = rows[:, j]
+    return out
 
 
 def _committed(index: np.ndarray, path: Path) -> np.ndarray:
@@ -203,7 +223,20 @@ def _committed(index: np.ndarray, path: Path) -> np.ndarray:
     bad = np.flatnonzero((step < -(2 ** 31)) | (step >= 2 ** 31))
     if len(bad):
         raise DumpFormatError(f"{where} {int(bad[0])}: step {int(step[bad[0]])} does not fit int32")
+    dropped = (rows[:, _F["flags"]] & FLAG_DROPPED) != 0
+    bad = np.flatnonzero(dropped & np.any(ends != prev, axis=1))
+    if len(bad):  # a mark holds no rows: lengths that moved would hand rows to a step that has none
+        raise DumpFormatError(f"{where} {int(bad[0])} marks step {int(step[bad[0]])} as dropped but changes "
+                              "the committed lengths; a dropped step's mark repeats them")
     return rows
+
+
+def _drop_reason(flags: int) -> str:
+    """What a dropped-step mark says: the errno of the failure, when it was an OSError."""
+    code = (flags >> 8) & 0xFFFF
+    if not code:
+        return "writing it failed"
+    return f"writing it failed with errno {code} ({errno_codes.errorcode.get(code, '?')}: {os.strerror(code)})"
 
 
 def _allocated(ds: h5py.Dataset) -> int:
@@ -409,9 +442,13 @@ class _File:
         row_start = _starts(row_end)
         commit_steps = index[:, _F["step"]]
         keep = np.ones(len(index), bool) if steps is None else np.isin(commit_steps, list(steps))
+        flags = index[:, _F["flags"]]
+        drop = (flags & FLAG_DROPPED) != 0
+        self.dropped = [(int(s), _drop_reason(int(fl))) for s, fl in zip(commit_steps[keep & drop].tolist(),
+                                                                        flags[keep & drop].tolist(), strict=True)]
         ranges = _merge_ranges(zip(row_start[keep].tolist(), row_end[keep].tolist(), strict=True))
         self.step = np.repeat(commit_steps[keep], (row_end - row_start)[keep]).astype(np.int32)
-        self.steps = sorted(set(commit_steps[keep].tolist()))
+        self.steps = sorted(set(commit_steps[keep & ~drop].tolist()))
         self.n = len(self.step)
         ncalls, slot = end["calls"], end["calls_slot"]
         self.cols = {c: _read_rows(f, tails, f"calls/{c}", ncalls, slot, ranges) for c in STORED_COLUMNS}
@@ -774,6 +811,9 @@ def read_hdf5(path: str | Path, *, steps: Iterable[int] | None = None) -> DumpPa
             meta[k] = first[k]
     meta["ranks"] = ranks
     meta["steps"] = sorted(set().union(*(fl.steps for fl in files)))
+    # steps some or all of whose rows were lost when writing them failed (a full disk): never renumbered
+    meta["dropped"] = [{"rank": fl.rank, "step": s, "reason": why} for fl in files for s, why in fl.dropped]
+    meta["dropped_steps"] = sorted({d["step"] for d in meta["dropped"]})
     meta["files"] = [str(fl.path) for fl in files]
     meta["rank_attrs"] = {fl.rank: fl.attrs for fl in files}
     meta["construct_by_step"] = ConstructByStep([fl.tree for fl in files])

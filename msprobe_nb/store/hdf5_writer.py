@@ -24,12 +24,12 @@ from h5py import h5s
 
 from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION, Coded
 
-__all__ = ["DumpWriter", "resolve_dump_dir"]
+__all__ = ["DumpWriteError", "DumpWriter", "resolve_dump_dir"]
 
 FORMAT_NAME = "msprobe_nb.dump"
 #: Version of the HDF5 arrangement (groups, encodings, index). The calls-table columns carry their
 #: own version, ``schema.SCHEMA_VERSION``; a reader needs both to match.
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 TOOL_NAME = "msprobe_nb"
 
 RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")
@@ -70,15 +70,32 @@ GROUPS: dict[str, tuple[int, dict[str, str]]] = {
                           "tensors/offset": "int64", "tensors/count": "int64", "tensors/dtype": "int32",
                           "tensors/shape": "int32"}),
 }
-#: Columns of the ``/index/steps`` rows: the step; per group its committed length and tail slot; the
-#: committed length of each tensor buffer; the commit marker.
-INDEX_FIELDS = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
-                + [f"u{w}" for w in TENSOR_WIDTHS] + ["commit"])
+#: Columns of the ``/index/steps`` rows of layouts 1-3: the step; per group its committed length and tail
+#: slot; the committed length of each tensor buffer; the commit marker.
+INDEX_FIELDS_V3 = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
+                   + [f"u{w}" for w in TENSOR_WIDTHS] + ["commit"])
+#: Layout 4 adds ``flags`` (what happened to the step, ``FLAG_*``) before the marker.
+INDEX_FIELDS = INDEX_FIELDS_V3[:-1] + ["flags", "commit"]
+#: ``flags`` bit: the row is no data, it marks that rows of its step were lost because writing them failed
+#: (the row repeats the previous commit's lengths); bits 8-23 hold the failure's errno (0: not an OSError).
+FLAG_DROPPED = 1
 TENSOR_CHUNK_BYTES = 1 << 20  # bytes per chunk of a tensor buffer; each step starts a fresh chunk
 #: Rows per chunk of ``/index/steps``; its extent grows a whole chunk at a time (fill rows are not commits).
 INDEX_BLOCK = 256
 #: Longest column whose conversion is remembered for the next step (``DumpWriter._recall``).
 MEMO_ROWS = 4096
+
+
+class DumpWriteError(OSError):
+    """A step could not be written (a full disk, an I/O error): its rows are dropped and the dump marks it.
+
+    ``errno`` is the failure's (``errno.ENOSPC`` for a full disk), ``step`` the step lost, ``path`` the file.
+    Later steps keep their numbers: a step is never written under another step's number.
+    """
+
+    def __init__(self, code: int | None, message: str, step: int, path: str) -> None:
+        super().__init__(code, message)
+        self.step, self.path = step, path
 
 
 def _tool_version() -> str:
@@ -255,8 +272,12 @@ def _write_at(ds: h5py.Dataset, start: tuple[int, ...], block: np.ndarray) -> No
 
 
 def _append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
-    """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once)."""
-    ds.id.set_extent((base + len(arr),))
+    """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once).
+
+    The extent only grows: a step that failed may have grown it further, and its rows are simply
+    written again (nothing past the committed length is trusted by readers)."""
+    if base + len(arr) > ds.id.shape[0]:
+        ds.id.set_extent((base + len(arr),))
     _write_at(ds, (base,), arr)
 
 
@@ -380,6 +401,9 @@ class DumpWriter:
         self._stack_ids: set[int] = set()
         self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
         self._index_rows = 0  # extent of /index/steps: committed rows plus fill rows of the last chunk
+        self._rows = 0  # rows of /index/steps written: commits and dropped-step marks
+        self._index_alloc = 0  # rows of /index/steps in allocated chunks (a multiple of INDEX_BLOCK)
+        self._pending_drops: list[tuple[int, int]] = []  # (step, flags) marks the disk has not taken yet
         # column -> (values, ids) of the last committed step, and this step's, committed with it
         self._memo: dict[str, tuple[Any, np.ndarray]] = {}
         self._memo_new: dict[str, tuple[Any, np.ndarray]] = {}
@@ -412,7 +436,8 @@ class DumpWriter:
             self._strings = {"": 0}
             self._new_strings.append("")
         for s in self._new_shapes:
-            self._shape_ids.pop(s, None)
+            if self._shape_ids.get(s, -1) >= self._groups["shapes"].length:  # not committed after all
+                del self._shape_ids[s]
         del self._new_shapes[:]
 
     # -- column conversion -----------------------------------------------------------------
@@ -667,42 +692,95 @@ class DumpWriter:
                 chunk = TENSOR_CHUNK_BYTES // w
                 ends[w] = -(-pos // chunk) * chunk
                 ds = self._buffers[w]
-                ds.resize((ends[w],))
+                if ends[w] > ds.id.shape[0]:  # only grows: a failed step may have grown it already
+                    ds.id.set_extent((ends[w],))
                 _write_packed(ds, start, [d for _, d, _, _ in parts], chunk)
             k = len(rows["name"])
             cols = {f"tensors/{key}": np.asarray(v, GROUPS["tensors"][1][f"tensors/{key}"]) for key, v in rows.items()}
             cols["tensors/step"] = np.full(k, step, np.int32)
             staged["tensors"] = g["tensors"].stage(cols)
+        # The index rows this step writes (its commit, marks of steps dropped before it) land in chunks that
+        # exist before the flush, so writing them changes no metadata: the commit row is one in-place write.
+        self._reserve_index(len(self._pending_drops) + 1)
         f.flush()
+        self._write_drops()  # steps dropped before this one, with the lengths they left (the committed ones)
         # Commit: one index row naming every table's extent; a reader ignores anything beyond it.
         row = [step]
         for name, grp in g.items():
             row += list(staged.get(name, (grp.length, grp.slot)))
-        row += [ends[w] for w in TENSOR_WIDTHS] + [COMMIT_MAGIC]
-        if self._append_index(row):
-            f.flush()
-        for name, state in staged.items():
-            g[name].commit(state)
-        self._buffer_ends = ends
-        self._stack_ids.update(sid for sid, _ in p["stacks"])
+        row += [ends[w] for w in TENSOR_WIDTHS] + [0, COMMIT_MAGIC]
+        i = self._rows
+        try:
+            self._append_index(row)
+        finally:  # once the row is in the file the step is committed, whatever interrupts us now
+            if self._rows > i:
+                for name, state in staged.items():
+                    g[name].commit(state)
+                self._buffer_ends = ends
+                self._stack_ids.update(sid for sid, _ in p["stacks"])
 
-    def _append_index(self, row: list[int]) -> bool:
-        """Write the commit row into ``/index/steps``; True if that changed the file's metadata.
+    def _reserve_index(self, n: int) -> None:
+        """Make sure the next ``n`` rows of ``/index/steps`` lie in allocated chunks (before the flush).
 
-        The extent grows a whole chunk at a time and its first row allocates the chunk: only then is there
-        metadata to flush. The other rows overwrite fill zeros in place, and with no chunk cache HDF5 hands
-        them straight to the file, so once this returns the commit is on disk (for other processes too)
-        without the second flush, which cost ~60 µs a step.
+        The extent grows a whole chunk at a time, and a chunk is allocated by writing a row of fill zeros
+        at its start (zeros are not a commit). The rows written after the flush then overwrite fill zeros in
+        place, and with no chunk cache HDF5 hands them straight to the file: once ``_append_index`` returns,
+        the commit is on disk (for other processes too) with no second flush, and a failed row write leaves
+        no metadata half-changed.
         """
-        i, k = self.steps_written, len(INDEX_FIELDS)
-        if i >= self._index_rows:  # only ever at a chunk's first row: the extent is whole chunks
-            self._index_rows = (i // INDEX_BLOCK + 1) * INDEX_BLOCK
-            self._index.id.set_extent((self._index_rows, k))
+        end = self._rows + n
+        if end > self._index_rows:
+            rows = -(-end // INDEX_BLOCK) * INDEX_BLOCK
+            self._index.id.set_extent((rows, len(INDEX_FIELDS)))
+            self._index_rows = rows
+        while self._index_alloc < end:
+            _write_at(self._index, (self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
+            self._index_alloc += INDEX_BLOCK
+
+    def _append_index(self, row: list[int]) -> None:
+        """Write the next row of ``/index/steps`` (in a chunk ``_reserve_index`` allocated). ``_rows`` only moves
+        on once the write succeeded, so a row that failed is written again at the same place by the next one."""
+        i, k = self._rows, len(INDEX_FIELDS)
         _write_at(self._index, (i, 0), np.asarray(row, np.int64).reshape(1, k))
-        return i % INDEX_BLOCK == 0  # the chunk's first row allocated it (and perhaps grew the extent)
+        self._rows = i + 1
+
+    def mark_dropped(self, step: int, errno: int | None = 0) -> None:
+        """Record in the dump that rows of ``step`` were lost because writing them failed.
+
+        The mark is a row of ``/index/steps`` flagged ``FLAG_DROPPED`` that repeats the committed lengths, so
+        readers list the step as dropped and no step is renumbered or merged. It is written now if the file
+        takes it, else before the next commit (or at close): a full disk refuses the mark as well.
+        """
+        step = int(step)
+        if not -(2 ** 31) <= step < 2 ** 31:
+            raise ValueError(f"step {step} does not fit int32")
+        self._pending_drops.append((step, FLAG_DROPPED | ((int(errno or 0) & 0xFFFF) << 8)))
+        self._flush_drops()
+
+    def _flush_drops(self) -> None:
+        """Write the pending dropped-step marks now, if the file takes them (else they stay pending)."""
+        if self._file is None or not self._pending_drops:
+            return
+        with suppress(OSError, RuntimeError, ValueError):
+            self._reserve_index(len(self._pending_drops))
+            self._file.flush()
+            self._write_drops()
+
+    def _write_drops(self) -> None:
+        """Write the pending dropped-step marks into reserved rows of the index."""
+        g = self._groups
+        while self._pending_drops:
+            step, flags = self._pending_drops[0]
+            row = [step]
+            for grp in g.values():
+                row += [grp.length, grp.slot]
+            row += [self._buffer_ends[w] for w in TENSOR_WIDTHS] + [flags, COMMIT_MAGIC]
+            self._append_index(row)
+            del self._pending_drops[0]
 
     def close(self) -> None:
         """Close the file; safe to call twice or after an exception."""
+        self._flush_drops()  # the disk may still be full: then the marks are lost with the process
         f, self._file = self._file, None
         if f is not None:
             with suppress(OSError, RuntimeError, ValueError):  # already invalid after an HDF5 error

@@ -1,0 +1,168 @@
+"""What recording does when the disk, the folder or another process gets in the way (our issue 14).
+
+A full disk never renumbers or merges steps, a second writer never deletes the first one's data, an
+unusable dump_path is refused at start(), and a live dump stays readable.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import msprobe_nb as mp
+from msprobe_nb.store.hdf5_writer import DumpWriteError, DumpWriter
+
+
+# ------------------------------------------------------------------ helpers
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _record(path: Path, steps: int, before_step=None, **kw) -> tuple[dict[int, Exception], mp.Debugger]:
+    """Record ``steps`` steps of a small model in tensor mode, each with its own input (so a renumbered step
+    shows, and each step needs fresh disk space);
+    ``before_step(s)`` runs before step ``s`` is written. Returns the errors step() raised, by step."""
+    model = _model()
+    dbg = mp.Debugger(dump_path=path, level="mix", task="tensor", **kw)
+    dbg.start(model)
+    errors: dict[int, Exception] = {}
+    for s in range(steps):
+        model(torch.full((4, 8), float(s + 1))).sum().backward()
+        model.zero_grad()
+        if before_step is not None:
+            before_step(s)
+        try:
+            dbg.step()
+        except DumpWriteError as e:
+            errors[s] = e
+    dbg.close()
+    return errors, dbg
+
+
+def _frames(frames: list[str]) -> tuple[str, ...]:
+    """A stack up to ``_record`` (outermost last): what lies beyond depends on who called it."""
+    mine = [i for i, fr in enumerate(frames) if ", in _record," in fr]
+    return tuple(frames[:mine[0] + 1] if mine else frames)
+
+
+def _rows(d, step: int) -> pd.DataFrame:
+    """One step's rows without the step column, with each row's stack frames in place of its stack id."""
+    c = d.calls[d.calls["step"] == step].drop(columns=["step"]).reset_index(drop=True)
+    c["stack_id"] = [_frames(d.stack_frames.get(int(i), [])) for i in c["stack_id"]]
+    return c
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> mp.Dump:
+    """20 steps recorded with nothing in the way."""
+    path = tmp_path_factory.mktemp("ref") / "dump"
+    errors, _ = _record(path, 20)
+    assert not errors
+    return mp.load(path)
+
+
+def _same_as_reference(d, reference, steps) -> None:
+    """Each of ``steps`` holds the reference's rows and tensors of that step."""
+    for s in steps:
+        rows = _rows(d, s)
+        pd.testing.assert_frame_equal(rows, _rows(reference, s), obj=f"step {s}")
+        for name in set(rows["data_name"]) - {""}:
+            assert torch.equal(d.load_tensor(name, s, 0), reference.load_tensor(name, s, 0)), (s, name)
+
+
+# ------------------------------------------------------------------ 1. a full disk
+def test_a_step_the_disk_refuses_is_dropped_and_marked_and_no_step_is_renumbered(tmp_path, monkeypatch, reference):
+    """Writing steps 3 and 4 fails with ENOSPC (the marks of the drops are refused too, until step 5):
+    every other step keeps its number and its own rows, and the dump lists 3 and 4 as dropped."""
+    full = {"on": False}
+    write, append = DumpWriter._write, DumpWriter._append_index
+
+    def flaky_write(self, step, payload):
+        full["on"] = step in (3, 4)
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, step, payload)
+
+    def flaky_append(self, row):
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return append(self, row)
+
+    monkeypatch.setattr(DumpWriter, "_write", flaky_write)
+    monkeypatch.setattr(DumpWriter, "_append_index", flaky_append)
+    errors, dbg = _record(tmp_path / "d", 8)
+
+    assert sorted(errors) == [3, 4]
+    for s, e in errors.items():
+        assert isinstance(e, OSError) and e.errno == errno.ENOSPC and e.step == s
+        assert f"step {s} could not be written" in str(e) and "No space left on device" in str(e)
+        assert str(tmp_path / "d" / "rank0.h5") in str(e)
+    assert sorted(dbg.dropped_steps) == [3, 4]
+    d = mp.load(tmp_path / "d")
+    assert d.steps == [0, 1, 2, 5, 6, 7] and d.dropped_steps == [3, 4]
+    assert [x["step"] for x in d.meta["dropped"]] == [3, 4] and "ENOSPC" in d.meta["dropped"][0]["reason"]
+    assert "dropped steps 3,4" in repr(d)
+    _same_as_reference(d, reference, d.steps)
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real full disk needs a small tmpfs: mounting one needs root and mount(8)")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip(f"mounting a tmpfs is not allowed here: {proc.stderr.strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    where = tmp_path / "small disk"
+    _mount_tmpfs(where, "32m")  # tensor mode: each step takes a little over 1 MiB
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with a ballast file."""
+    ballast = disk / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        for size in (65536, 4096, 512, 1):  # down to the last partial block
+            try:
+                while os.write(fd, b"\0" * size) == size:
+                    pass
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def test_a_real_full_disk_drops_steps_but_every_step_reported_written_is_intact(small_disk, reference):
+    """On a 32 MiB tmpfs: 5 steps, then the disk is filled to the last byte, 5 more steps, then the space
+    comes back and 10 more. Each step step() reported written is there, numbered right, with its own rows;
+    each step that raised is listed as dropped."""
+    ballast = []
+
+    def before_step(s):
+        if s == 5:
+            ballast.append(_fill(small_disk))
+        if s == 10:
+            ballast.pop().unlink()
+
+    errors, _ = _record(small_disk / "dump", 20, before_step)
+    assert errors and set(errors) <= set(range(5, 10)), errors  # the full disk did refuse steps
+    assert all(e.errno == errno.ENOSPC for e in errors.values())
+    d = mp.load(small_disk / "dump")
+    written = [s for s in range(20) if s not in errors]
+    assert d.steps == written and d.dropped_steps == sorted(errors)
+    _same_as_reference(d, reference, written)
