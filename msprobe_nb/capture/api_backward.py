@@ -24,6 +24,8 @@ from msprobe_nb.capture.leaves import leaves
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 _Tensor = torch.Tensor
+_NESTED = (list, tuple, dict)
+_POS = tuple(str(i) for i in range(64))  # argument positions as paths (zip stops at the shorter)
 #: the most nodes one call's subgraph may have before the walk gives up on its input gradients
 MAX_NODES = 256
 
@@ -37,7 +39,10 @@ def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
     for items in (args, kwargs):
         if not items:
             continue
-        for path, t in leaves(items):
+        # flat tensor arguments (the common case) need no walk; nested ones go through leaves()
+        pairs = leaves(items) if type(items) is dict or any(type(a) in _NESTED for a in items) \
+            else zip(_POS, items)
+        for path, t in pairs:
             if isinstance(t, _Tensor) and t.requires_grad:
                 fn = t.grad_fn
                 key = (id(fn), t.output_nr, fn, t) if fn is not None else (id(t), -1, None, t)
@@ -58,19 +63,20 @@ class CallGraph:
     """The autograd subgraph of one call: which node gives each output's gradient, which node edges carry
     each input's gradient. Built once, right after the call's forward."""
 
-    __slots__ = ("outputs", "edges", "counts")
+    __slots__ = ("outputs", "edges", "counts", "_nodes")
 
     def __init__(self) -> None:
         self.outputs: dict[int, tuple[Any, list[tuple[str, int]]]] = {}  # id(node) -> (node, [(path, nr)])
         self.edges: dict[int, tuple[Any, list[tuple[int, int]]]] = {}  # id(node) -> (node, [(edge, input)])
         self.counts: list[int] = []  # per input: edges that carry its gradient
+        self._nodes: list[Any] | None = None
 
     @classmethod
     def of(cls, out: Any, inputs: list[tuple[str, Any]] | None, seq0: int) -> CallGraph | None:
         """The subgraph from ``out`` back to ``inputs`` (from :func:`grad_inputs`), or None when the call
         made no node (its outputs are inputs passed through, or need no gradient)."""
         g = cls()
-        items = leaves(out if isinstance(out, (tuple, list, dict)) else (out,))
+        items = leaves(out) if isinstance(out, (tuple, list, dict)) else (("0", out),)
         for path, t in items:
             if isinstance(t, _Tensor):
                 fn = t.grad_fn
@@ -106,10 +112,12 @@ class CallGraph:
 
     def nodes(self) -> list[Any]:
         """Every node that needs a hook: the outputs' nodes and the nodes owning an input edge."""
-        out = {k: n for k, (n, _) in self.outputs.items()}
-        for k, (n, _) in self.edges.items():
-            out.setdefault(k, n)
-        return list(out.values())
+        if self._nodes is None:
+            out = {k: n for k, (n, _) in self.outputs.items()}
+            for k, (n, _) in self.edges.items():
+                out.setdefault(k, n)
+            self._nodes = list(out.values())
+        return self._nodes
 
 
 class BackwardRows:
