@@ -82,8 +82,9 @@ def components() -> None:
 
     from msprobe_nb import load_config
     from msprobe_nb.capture import stats
+    from msprobe_nb.capture.calls import Call
     from msprobe_nb.capture.naming import api_name
-    from msprobe_nb.capture.recorder import Call, Recorder
+    from msprobe_nb.capture.recorder import Recorder
 
     def us(fn, n=5000):
         return timeit.timeit(fn, number=n) / n * 1e6

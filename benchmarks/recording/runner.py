@@ -56,13 +56,13 @@ def kernel_note() -> str:
     """Which paths compute the kit's CPU statistics and stack keys here: the optional C extensions or their
     pure torch / Python fallbacks."""
     try:
-        from msprobe_nb.capture import recorder, stats
+        from msprobe_nb.capture import stacks, stats
     except ImportError as exc:
         return f"unknown (msprobe_nb does not import: {exc})"
     # private module attributes: the package has no public way to ask whether its C extensions were built
     parts = ["statistics: " + ("one-pass C kernel for contiguous float32 tensors" if stats._fused_at is not None
                                else "torch reductions (the C kernel is not built: no C compiler at install?)"),
-             "stack keys: " + ("C walk" if recorder._stack_key is not None else "Python walk")]
+             "stack keys: " + ("C walk" if stacks._stack_key is not None else "Python walk")]
     return "; ".join(parts)
 
 
