@@ -83,6 +83,8 @@ class Debugger:
         self._dropped: dict[int, str] = {}  # step -> why its rows could not be written
         self._unmarked: list[tuple[int, int | None]] = []  # dropped before the dump file existed
         self._stacks_owed: dict = {}  # stacks sent with a dropped step: the recorder will not send them again
+        self._lock = None  # this rank's claim of the dump folder (DumpLock), from start() to close()
+        self._made_dir = False  # start() created the dump folder
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -120,6 +122,7 @@ class Debugger:
         cfg = self.config
         first = self._recorder is None
         if first:
+            self._claim_dump_dir()  # before anything else: an unusable or busy dump_path fails here
             if cfg.seed is not None:
                 from msprobe_nb.seeding import seed_all
                 self._seed_report = seed_all(cfg.seed, cfg.is_deterministic, verbose=False)
@@ -130,8 +133,6 @@ class Debugger:
             self._random = RandomPolicy(cfg)
             self._random.recorder = self._recorder
         rec = self._recorder
-        if first:
-            self._agree_on_dump_dir()
         if cfg.rank and rec.rank not in cfg.rank:
             return self  # this rank is not dumped: run untouched
         model = model if model is not None else self.model
@@ -142,18 +143,52 @@ class Debugger:
             self._attach()
         return self
 
-    def _agree_on_dump_dir(self) -> None:
-        """With several ranks, rank 0 picks the dump folder and tells the others (a collective, so every
-        rank calls ``start()``); otherwise the first rank's file would send the others to ``<path>_1``."""
+    def _claim_dump_dir(self) -> None:
+        """Pick the dump folder and claim this rank of it (``rank<N>.lock``), so that a second process
+        recording to the same dump_path fails here, or goes to ``<path>_1`` with on_exists="new", instead of
+        deleting this run's file or failing at its first step. With several ranks, rank 0 picks the folder
+        and tells the others (a collective, so every rank calls ``start()``); otherwise the first rank's file
+        would send the others to ``<path>_1``."""
+        from msprobe_nb.store.hdf5_writer import DumpLock, claim_dump_dir
+        cfg, rank = self.config, _rank()
+        dumped = not cfg.rank or rank in cfg.rank
         dist = torch.distributed
-        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            box: list = [None, None]
+            if rank == 0:
+                try:
+                    path, lock, self._made_dir = claim_dump_dir(cfg.dump_path, on_exists=cfg.on_exists)
+                except OSError as e:
+                    box[1] = f"{type(e).__name__}: {e}"
+                    dist.broadcast_object_list(box, src=0)
+                    raise
+                box[0] = str(path)
+                if dumped:
+                    self._lock = lock
+                else:
+                    lock.release()
+            dist.broadcast_object_list(box, src=0)
+            if box[1] is not None:
+                raise OSError(f"rank 0 could not open the dump folder: {box[1]}")
+            self.dump_dir = Path(box[0])
+            if dumped and rank != 0:
+                self._lock = DumpLock.claim(self.dump_dir, rank)
+        elif dumped:
+            self.dump_dir, self._lock, self._made_dir = claim_dump_dir(cfg.dump_path, on_exists=cfg.on_exists,
+                                                                       rank=rank)
+
+    def _release_dump_dir(self) -> None:
+        """Give this rank of the folder back; a folder this Debugger created and left empty goes too."""
+        lock, self._lock = self._lock, None
+        if lock is None:
             return
-        from msprobe_nb.store.hdf5_writer import resolve_dump_dir
-        box = [None]
-        if dist.get_rank() == 0:
-            box[0] = str(resolve_dump_dir(self.config.dump_path, on_exists=self.config.on_exists))
-        dist.broadcast_object_list(box, src=0)
-        self.dump_dir = Path(box[0])
+        lock.release()
+        if self._made_dir and self._writer is None and self.dump_dir is not None:
+            try:
+                self.dump_dir.rmdir()  # only if empty: another rank's lock or file keeps it
+            except OSError:
+                return
+            self.dump_dir = None
 
     def _attach(self) -> None:
         """Install what the level needs; a step the config filters out runs with nothing installed."""
@@ -266,6 +301,7 @@ class Debugger:
                 self._recorder.remove_all_hooks()
             if self._writer is not None:
                 self._writer.close()
+            self._release_dump_dir()
             self._closed = True
 
     def __enter__(self) -> Debugger:
@@ -276,10 +312,10 @@ class Debugger:
 
     # ------------------------------------------------------------------ writing
     def _open_writer(self):
-        from msprobe_nb.store.hdf5_writer import DumpWriter, resolve_dump_dir
+        from msprobe_nb.store.hdf5_writer import DumpWriter
         cfg = self.config
-        if self.dump_dir is None:
-            self.dump_dir = resolve_dump_dir(cfg.dump_path, on_exists=cfg.on_exists)
+        if self._lock is None:
+            self._claim_dump_dir()
         meta = {
             "task": cfg.task, "level": cfg.level, "framework": cfg.framework, "summary_mode": cfg.summary_mode,
             "config": cfg.to_dict(), "torch_version": torch.__version__, "device_type": _device_type(),
@@ -289,7 +325,7 @@ class Debugger:
         if self._seed_report is not None:
             meta["seed_report"] = str(self._seed_report)
         self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta,
-                                  tensor_compression="lzf" if cfg.compress_tensors else None)
+                                  tensor_compression="lzf" if cfg.compress_tensors else None, lock=self._lock)
         for step, code in self._unmarked:  # steps dropped before the file existed
             self._writer.mark_dropped(step, code)
         self._unmarked.clear()

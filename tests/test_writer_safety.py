@@ -166,3 +166,80 @@ def test_a_real_full_disk_drops_steps_but_every_step_reported_written_is_intact(
     written = [s for s in range(20) if s not in errors]
     assert d.steps == written and d.dropped_steps == sorted(errors)
     _same_as_reference(d, reference, written)
+
+
+# ------------------------------------------------------------------ 2. a second process on the same dump_path
+def _second_writer(path: str, on_exists: str, hold, go, out) -> None:
+    """Child process: record steps 0-2 to ``path`` (``hold``: report, wait for ``go``, record 3-4), close."""
+    def wait(s):
+        if s == 3:
+            out.put(("recording", str(path), os.getpid()))
+            go.wait(120)
+
+    try:
+        errors, dbg = _record(Path(path), 5 if hold else 3, wait, on_exists=on_exists)
+        out.put(("done", str(dbg.dump_dir), os.getpid()) if not errors else ("error", repr(errors), os.getpid()))
+    except Exception as e:  # reported to the test, which expects it for the second writer
+        out.put(("error", f"{type(e).__name__}: {e}", os.getpid()))
+
+
+def test_a_second_process_on_the_same_dump_path_fails_at_start_or_writes_beside_it(tmp_path, reference):
+    """Process A records to a path and is still going. Process B, on the same path: with "overwrite" (and
+    "error") start() refuses at once, naming the path and A's pid; with "new" it writes to <path>_1. A's
+    five steps are all there."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    path = tmp_path / "run"
+    out, go = ctx.Queue(), ctx.Event()
+    a = ctx.Process(target=_second_writer, args=(str(path), "overwrite", True, go, out))
+    a.start()
+    try:
+        kind, where, a_pid = out.get(timeout=120)
+        assert (kind, where) == ("recording", str(path)), where
+        for on_exists in ("overwrite", "error", "new"):
+            b = ctx.Process(target=_second_writer, args=(str(path), on_exists, False, go, out))
+            b.start()
+            b.join(120)
+            kind, what, _ = out.get(timeout=5)
+            if on_exists == "new":
+                assert (kind, what) == ("done", str(tmp_path / "run_1")), what
+            else:  # "error": the path holds A's dump; "overwrite": it is A's, being written
+                want = "DumpInUseError" if on_exists == "overwrite" else "FileExistsError"
+                assert kind == "error" and what.startswith(want), what
+                assert str(path) in what and f"pid {a_pid}" in what, what
+    finally:
+        go.set()
+        a.join(120)
+    assert out.get(timeout=5) == ("done", str(path), a_pid)
+    d = mp.load(path)
+    assert d.steps == [0, 1, 2, 3, 4]
+    _same_as_reference(d, reference, range(5))
+    assert mp.load(tmp_path / "run_1").steps == [0, 1, 2]
+    assert sorted(p.name for p in path.iterdir()) == ["rank0.h5"]  # the lock went with its writer
+
+
+def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
+    """A run killed while recording leaves its rank0.lock behind; the next run on that path takes it over."""
+    import signal
+    import sys
+
+    path = tmp_path / "run"
+    path.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from msprobe_nb.store.hdf5_writer import DumpLock\n"
+        "DumpLock.claim(sys.argv[1], 0)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n"), str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(FileExistsError, match=f"pid {child.pid}"):
+            DumpWriter(path)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert (path / "rank0.lock").exists()
+    errors, dbg = _record(path, 2, on_exists="error")
+    assert not errors and dbg.dump_dir == path and mp.load(path).steps == [0, 1]
+    assert not (path / "rank0.lock").exists()
