@@ -1,9 +1,10 @@
-"""``msprobe-nb`` command line: compare, info, export (a thin shell over the Python API).
+"""``msprobe-nb`` command line: compare, info, export, config (a thin shell over the Python API).
 
     msprobe-nb compare NPU BENCH [-o result.csv] [--fuzzy] [--mapping FILE] [--mode auto|statistics|tensor]
     msprobe-nb compare -i compare.json [-o DIR]      (msprobe's legacy input file)
     msprobe-nb info DUMP
     msprobe-nb export DUMP -o DIR [--format msprobe] [--no-tensors] [--allow-outside]
+    msprobe-nb config [config.json] [--level mix ...] [--json]   (check what a config records)
 
 Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
 """
@@ -126,11 +127,26 @@ def cmd_export(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(a: argparse.Namespace) -> int:
+    """Check a config (file and options, as recording would read them) and print what it records."""
+    from msprobe_nb.config import ConfigError, load_config
+    from msprobe_nb.options import overrides_from
+
+    try:
+        cfg = load_config(a.config, **overrides_from(a))
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    print(f"records {cfg.describe()}")
+    if a.json:
+        print(json.dumps(cfg.to_dict(), indent=2, ensure_ascii=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Compare, inspect and export msprobe_nb and msprobe dumps.")
     p.add_argument("-f", "--framework", choices=["pytorch"], help=argparse.SUPPRESS)  # msprobe's legacy flag
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    sub = p.add_subparsers(dest="command", metavar="{compare,info,export}")
+    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config}")
 
     c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
                        description="Compare two dumps; write msprobe's compare CSV with -o.")
@@ -167,6 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read tensor files that symlinks or dump_data_dir place outside the dump folder "
                         "(only for a dump you trust)")
     e.set_defaults(func=cmd_export)
+
+    from msprobe_nb.options import argument_specs
+
+    g = sub.add_parser("config", help="check a recording config and say what it records",
+                       description="Read an msprobe-style config.json and the options below as recording "
+                                   "would (options win over the file), and print what it records.")
+    g.add_argument("config", nargs="?", help="msprobe-style config.json (default: the kit's defaults)")
+    for flags, kw in argument_specs():
+        g.add_argument(*flags, **kw)
+    g.add_argument("--json", action="store_true", help="also print every key as JSON")
+    g.set_defaults(func=cmd_config)
     return p
 
 

@@ -20,16 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msprobe_nb.options import DATA_MODES, OPTIONS, TASKS
+
 __all__ = ["SEED_MAX", "ConfigError", "ConfigWarning", "DumpConfig", "load_config"]
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeder takes 0..2**32-1; torch and random accept that range too
 
-TASKS = ("statistics", "tensor", "md5", "structure")
-LEVELS = ("L0", "L1", "mix", "L2")
-DATA_MODES = ("all", "forward", "backward", "input", "output")
-SUMMARY_MODES = ("statistics", "md5", "xor", "crc32")
-ON_EXISTS = ("new", "error", "overwrite")
-FRAMEWORKS = ("pytorch",)
 
 #: msprobe tasks the kit does not implement: their sub-dicts load (kept in ``extra``), the task name does not.
 FOREIGN_TASKS = {
@@ -223,31 +219,16 @@ class DumpConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.task = _as_choice("task", self.task, TASKS)
-        if isinstance(self.dump_path, os.PathLike):
-            self.dump_path = os.fspath(self.dump_path)
-        if not isinstance(self.dump_path, str) or not self.dump_path.strip() or "\0" in self.dump_path:
-            raise _bad("dump_path", self.dump_path, "a non-empty path (any characters except NUL)")
-        self.rank = _as_ids("rank", self.rank)
-        self.step = _as_ids("step", self.step)
-        self.level = _as_choice("level", self.level, LEVELS)
-        self.seed = _as_seed("seed", self.seed)
-        for key in ("is_deterministic", "async_dump", "dropout_off", "host_random", "stack", "compress_tensors"):
-            setattr(self, key, _as_bool(key, getattr(self, key)))
-        self.scope = _as_strs("scope", self.scope)
-        if len(self.scope) not in (0, 2):
-            raise _bad("scope", self.scope, "[] or exactly 2 names [start, end]")
-        self.list = _as_strs("list", self.list)
-        self.tensor_list = _as_strs("tensor_list", self.tensor_list)
-        self.data_mode = self._check_data_mode(_as_strs("data_mode", self.data_mode) or ["all"])
-        self.summary_mode = _as_choice("summary_mode", self.summary_mode, SUMMARY_MODES)
+        for o in OPTIONS:  # coerced and checked by kind, in the table's order (the first bad key is named)
+            setattr(self, o.name, _COERCE[o.kind](o, getattr(self, o.name)))
+            check = _CHECKS.get(o.name)
+            if check is not None:
+                check(getattr(self, o.name))
         if self.task == "md5":  # kit alias: statistics with CRC-32 hashes
             if self.summary_mode not in ("statistics", "md5"):
                 raise ConfigError(f"task: 'md5' means summary_mode 'md5' but summary_mode is "
                                   f"{self.summary_mode!r}; use task 'statistics' with that summary_mode", "task")
             self.task, self.summary_mode = "statistics", "md5"
-        self.on_exists = _as_choice("on_exists", self.on_exists, ON_EXISTS)
-        self.framework = _as_choice("framework", self.framework, FRAMEWORKS)
         if not isinstance(self.extra, Mapping):
             raise _bad("extra", self.extra, "a dict")
         self.extra = dict(self.extra)
@@ -294,6 +275,32 @@ class DumpConfig:
         parts += flags
         return ", ".join(parts) + f" -> {self.dump_path}"
 
+
+def _as_path(key: str, value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise _bad(key, value, "a non-empty path (any characters except NUL)")
+    return value
+
+
+def _check_scope(scope: list[str]) -> None:
+    if len(scope) not in (0, 2):
+        raise _bad("scope", scope, "[] or exactly 2 names [start, end]")
+
+
+#: option kind (options.py) -> coercion of a value to it
+_COERCE = {
+    "choice": lambda o, v: _as_choice(o.name, v, o.choices),
+    "bool": lambda o, v: _as_bool(o.name, v),
+    "ids": lambda o, v: _as_ids(o.name, v),
+    "names": lambda o, v: _as_strs(o.name, v),
+    "data_mode": lambda o, v: DumpConfig._check_data_mode(_as_strs(o.name, v) or ["all"]),
+    "seed": lambda o, v: _as_seed(o.name, v),
+    "path": lambda o, v: _as_path(o.name, v),
+}
+#: checks of one option beyond its kind, right after it is coerced
+_CHECKS = {"scope": _check_scope}
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(DumpConfig) if f.name != "extra")
 _KW_KEYS = _FIELDS + tuple(IGNORED_TOP_KEYS)          # allowed keyword overrides
@@ -371,6 +378,25 @@ def _raw_from(config: Any) -> tuple[dict[str, Any], str]:
     raise ConfigError(f"config: expected a path, a dict, a DumpConfig or None, got {type(config).__name__}")
 
 
+@dataclass
+class _Gathered:
+    """What the phases of :func:`load_config` collect: field values, where each came from, msprobe keys kept
+    in ``extra``, ignored top-level keys given (warned about) and ignored task sub-dict keys."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    given: dict[str, Any] = field(default_factory=dict)
+    sub_ignored: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, key: str, value: Any, where: str) -> None:
+        if key in IGNORED_TOP_KEYS:
+            self.extra[key] = self.given[key] = value
+        else:
+            self.values[key] = value
+        self.sources[key] = where
+
+
 def load_config(config: str | os.PathLike | Mapping[str, Any] | DumpConfig | None = None,
                 **overrides: Any) -> DumpConfig:
     """Build a DumpConfig from an msprobe-style config.json path, a dict, a DumpConfig or defaults.
@@ -380,7 +406,31 @@ def load_config(config: str | os.PathLike | Mapping[str, Any] | DumpConfig | Non
     """
     raw, src = _raw_from(config)
     top_where = f"{src} (top level)"
+    kw = _keywords(overrides)
+    _check_top_keys(raw, top_where)
+    active = _active_task(raw, kw, top_where)
+    if not isinstance(raw.get("extra") or {}, Mapping):
+        raise ConfigError(f"{top_where}: extra: invalid value {raw['extra']!r}; allowed: a dict", "extra")
+    got = _Gathered(extra=dict(raw.get("extra") or {}))
+    _from_subdicts(raw, src, active, got)
+    _from_top_level(raw, src, top_where, active, got)
+    for key, value in kw.items():
+        got.set(key, value, "keyword argument")
+    if "extra_info" in got.given and "stack" not in got.values:  # msprobe's switch for stack.json + construct.json
+        got.values["stack"], got.sources["stack"] = got.given["extra_info"], got.sources["extra_info"] + \
+            " (extra_info)"
+    _warn_ignored(got.given, got.sub_ignored, active)
+    try:
+        return DumpConfig(**got.values, extra=got.extra)
+    except ConfigError as e:
+        where = got.sources.get(e.key or "")
+        if where:
+            raise ConfigError(f"{where}: {e}", e.key) from None
+        raise
 
+
+def _keywords(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword overrides by field name (dashes allowed), None meaning not given; unknown names refused."""
     kw: dict[str, Any] = {}
     for key, value in overrides.items():
         key = key.replace("-", "_")
@@ -388,37 +438,39 @@ def load_config(config: str | os.PathLike | Mapping[str, Any] | DumpConfig | Non
             raise _unknown(key, "keyword argument", _KW_KEYS, {})
         if value is not None:
             kw[key] = value
+    return kw
+
+
+def _check_top_keys(raw: Mapping[str, Any], top_where: str) -> None:
     for key in raw:
         if key not in _ALL_TOP:
             raise _unknown(key, top_where, _ALL_TOP,
                            {k: 'in a task sub-dict ("statistics": {...})' for k in IGNORED_TASK_KEYS})
 
+
+def _active_task(raw: Mapping[str, Any], kw: Mapping[str, Any], top_where: str) -> str:
+    """The task whose sub-dict applies (msprobe tasks the kit does not implement are refused, saying why)."""
+    where = "keyword argument" if "task" in kw else top_where
     task = kw.get("task", raw.get("task", "statistics"))
     if isinstance(task, str) and task.strip().lower() in FOREIGN_TASKS:
         t = task.strip().lower()
-        where = "keyword argument" if "task" in kw else top_where
         raise ConfigError(f"{where}: task: msprobe task {t!r} is not a kit dump task ({FOREIGN_TASKS[t]}); "
                           f"allowed: {' | '.join(TASKS)}", "task")
     try:
         task = _as_choice("task", task, TASKS)
     except ConfigError as e:
-        raise ConfigError(f"{'keyword argument' if 'task' in kw else top_where}: {e}", "task") from None
-    active = "statistics" if task == "md5" and "md5" not in raw else task
+        raise ConfigError(f"{where}: {e}", "task") from None
+    return "statistics" if task == "md5" and "md5" not in raw else task
 
-    values: dict[str, Any] = {}      # DumpConfig field -> value
-    sources: dict[str, str] = {}     # DumpConfig field -> where it came from (for error messages)
-    if not isinstance(raw.get("extra") or {}, Mapping):
-        raise ConfigError(f"{top_where}: extra: invalid value {raw['extra']!r}; allowed: a dict", "extra")
-    extra: dict[str, Any] = dict(raw.get("extra") or {})
-    given: dict[str, Any] = {}       # ignored top-level keys given in this call (warned about)
-    sub_ignored: dict[str, Any] = {}
 
+def _from_subdicts(raw: Mapping[str, Any], src: str, active: str, got: _Gathered) -> None:
+    """The active task's sub-dict gives task keys; other sub-dicts (and msprobe's own tasks) go to extra."""
     for name in _KIT_SUBDICTS + tuple(FOREIGN_TASKS):
         if name not in raw:
             continue
         sub, where = raw[name], f"{src} ({name!r} sub-dict)"
         if name in FOREIGN_TASKS:
-            extra[name] = sub
+            got.extra[name] = sub
             continue
         if not isinstance(sub, Mapping):
             raise ConfigError(f"{where}: expected an object {{...}} of task options, got {sub!r}", name)
@@ -426,42 +478,23 @@ def load_config(config: str | os.PathLike | Mapping[str, Any] | DumpConfig | Non
             if key not in _SUB_KEYS:
                 raise _unknown(key, where, _SUB_KEYS, {k: "at the top level" for k in _KW_KEYS if k not in TASK_KEYS})
         if name != active:
-            extra[name] = dict(sub)
+            got.extra[name] = dict(sub)
             continue
         for key, value in sub.items():
             if key in TASK_KEYS:
-                values[key], sources[key] = value, where
+                got.values[key], got.sources[key] = value, where
             else:
-                sub_ignored[key] = value
-        if sub_ignored:
-            extra[name] = dict(sub_ignored)
+                got.sub_ignored[key] = value
+        if got.sub_ignored:
+            got.extra[name] = dict(got.sub_ignored)
 
+
+def _from_top_level(raw: Mapping[str, Any], src: str, top_where: str, active: str, got: _Gathered) -> None:
+    """Top-level keys; a task key given both here and in the active sub-dict must agree."""
     for key, value in raw.items():
         if key in _KIT_SUBDICTS or key in FOREIGN_TASKS or key == "extra":
             continue
-        if key in IGNORED_TOP_KEYS:
-            extra[key] = given[key] = value
-            sources[key] = top_where
-        elif key in values and values[key] != value:
-            raise ConfigError(f"{src}: {key!r} is {value!r} at the top level but {values[key]!r} in the "
+        if key not in IGNORED_TOP_KEYS and key in got.values and got.values[key] != value:
+            raise ConfigError(f"{src}: {key!r} is {value!r} at the top level but {got.values[key]!r} in the "
                               f"{active!r} sub-dict; keep one", key)
-        else:
-            values[key], sources[key] = value, top_where
-    for key, value in kw.items():
-        if key in IGNORED_TOP_KEYS:
-            extra[key] = given[key] = value
-            sources[key] = "keyword argument"
-        else:
-            values[key], sources[key] = value, "keyword argument"
-
-    if "extra_info" in given and "stack" not in values:  # msprobe's switch for stack.json + construct.json
-        values["stack"], sources["stack"] = given["extra_info"], sources["extra_info"] + " (extra_info)"
-    _warn_ignored(given, sub_ignored, active)
-
-    try:
-        return DumpConfig(**values, extra=extra)
-    except ConfigError as e:
-        where = sources.get(e.key or "")
-        if where:
-            raise ConfigError(f"{where}: {e}", e.key) from None
-        raise
+        got.set(key, value, top_where)

@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from msprobe_nb.config import ConfigError
 from msprobe_nb.debugger import Debugger
+from msprobe_nb.options import argument_specs, overrides_from
 
 _STATE: dict = {"debugger": None}
 
@@ -25,41 +26,13 @@ def current() -> Debugger | None:
 
 
 def _options(func):
-    """The recording options shared by ``%msprobe_start`` and ``%%msprobe``."""
-    opts = [
-        argument("--config", "-c", help="msprobe-style config.json; the options below override it"),
-        argument("--dump-path", "-o", help="where the dump goes (spaces and non-ASCII are fine)"),
-        argument("--level", "-l", help="L0 (modules), L1 (APIs), mix (both), L2 (aten ops)"),
-        argument("--task", "-t", help="statistics | tensor | md5"),
-        argument("--step", help="steps to record: 0,1 or 0-3"),
-        argument("--rank", help="ranks to record: 0,1 or 0-3"),
-        argument("--scope", help="two call names: first,last"),
-        argument("--list", help="call names or substrings to record, comma separated"),
-        argument("--data-mode", help="all | forward,backward,input,output"),
-        argument("--summary-mode", help="statistics | md5 | xor"),
-        argument("--seed", help="apply seed_all(seed) when recording starts"),
-        argument("--deterministic", action="store_true", default=None, help="deterministic algorithms"),
-        argument("--dropout-off", action="store_true", default=None, help="every dropout drops nothing"),
-        argument("--host-random", action="store_true", default=None,
-                 help="draw random numbers on the host and move them to the device"),
-        argument("--on-exists", help="new (default) | error | overwrite, when dump-path holds a dump"),
-        argument("--model", "-m", help="name of the model variable (gives modules their msprobe names)"),
-        argument("--no-stack", action="store_true", default=None, help="do not keep user stacks"),
-    ]
+    """The recording options shared by ``%msprobe_start`` and ``%%msprobe``, from the option table."""
+    opts = [argument("--config", "-c", help="msprobe-style config.json; the options below override it")]
+    opts += [argument(*flags, **kw) for flags, kw in argument_specs()]
+    opts.append(argument("--model", "-m", help="name of the model variable (gives modules their msprobe names)"))
     for opt in reversed(opts):
         func = opt(func)
     return magic_arguments()(func)
-
-
-def _overrides(args) -> dict:
-    keys = ("dump_path", "level", "task", "step", "rank", "scope", "list", "data_mode", "summary_mode", "seed",
-            "dropout_off", "host_random", "on_exists")
-    out = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    if args.deterministic:
-        out["is_deterministic"] = True
-    if args.no_stack:
-        out["stack"] = False
-    return out
 
 
 @magics_class
@@ -81,7 +54,7 @@ class MsprobeMagics(Magics):
             raise UsageError(f"cannot parse options {line!r}: {exc}") from None
         args = self._start_parser_owner.parser.parse_args(words)
         try:
-            dbg = Debugger(args.config, model=self._model(args.model), **_overrides(args))
+            dbg = Debugger(args.config, model=self._model(args.model), **overrides_from(args))
         except (ConfigError, FileNotFoundError) as exc:
             raise UsageError(str(exc)) from None
         return dbg

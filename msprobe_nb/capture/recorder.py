@@ -22,7 +22,7 @@ from msprobe_nb.capture.custom_functions import CustomFunctions
 from msprobe_nb.capture.grad_hooks import GradientHooks
 from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
-from msprobe_nb.capture.stacks import StackTable, _stack_key  # noqa: F401 - _stack_key: which walk is used
+from msprobe_nb.capture.stacks import StackTable
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
 
