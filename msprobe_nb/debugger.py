@@ -11,6 +11,7 @@ import gc
 import os
 import platform
 import socket
+import sys
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -250,15 +251,20 @@ class Debugger:
         rec.module_stack.clear()
 
     def stop(self) -> None:
-        """Pause recording and write what this step recorded so far. Idempotent."""
+        """Pause recording and write what this step recorded so far. Idempotent.
+
+        Called while an exception is being handled (from an ``except`` or ``finally`` block, or by
+        ``record()`` / ``with Debugger`` left by an exception), the step is written flagged partial: it
+        holds only what ran before the exception (``Dump.partial_steps``)."""
         if not self.recording:
             return
+        partial = sys.exc_info()[1] is not None
         try:
             self._detach()
         finally:
             _RECORDING.clear()
         try:
-            self._flush()
+            self._flush(partial=partial)
         finally:
             self._restore_gc()
 
@@ -330,7 +336,7 @@ class Debugger:
             self._writer.mark_dropped(step, code)
         self._unmarked.clear()
 
-    def _flush(self) -> None:
+    def _flush(self, partial: bool = False) -> None:
         rec = self._recorder
         if rec is None:
             return
@@ -344,7 +350,8 @@ class Debugger:
                 stacks = {**self._stacks_owed, **data["stacks"]} if self._stacks_owed else data["stacks"]
                 if self._writer is None:
                     self._open_writer()
-                self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"])
+                self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"],
+                                        partial=partial)
             except BaseException as exc:
                 rec.flushed()  # dropped: kept, they would be written later under the next step's number
                 if stacks is not None:

@@ -85,11 +85,11 @@ def test_a_step_the_disk_refuses_is_dropped_and_marked_and_no_step_is_renumbered
     full = {"on": False}
     write, append = DumpWriter._write, DumpWriter._append_index
 
-    def flaky_write(self, step, payload):
+    def flaky_write(self, step, *args):
         full["on"] = step in (3, 4)
         if full["on"]:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return write(self, step, payload)
+        return write(self, step, *args)
 
     def flaky_append(self, row):
         if full["on"]:
@@ -243,3 +243,107 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
     errors, dbg = _record(path, 2, on_exists="error")
     assert not errors and dbg.dump_dir == path and mp.load(path).steps == [0, 1]
     assert not (path / "rank0.lock").exists()
+
+
+# ------------------------------------------------------------------ 3. unusable paths, partial steps, creation
+def _read_only_dir(tmp_path: Path) -> Path:
+    """A folder nobody may write: a read-only tmpfs when we are root (root ignores mode bits), else mode 0o555."""
+    where = tmp_path / "read only"
+    if os.geteuid() == 0:
+        _mount_tmpfs(where, "1m")
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+    else:
+        where.mkdir()
+        where.chmod(0o555)
+    return where
+
+
+@pytest.mark.parametrize("case", ["a file", "under a file", "read-only"])
+def test_an_unusable_dump_path_is_refused_at_start_naming_the_path_and_the_problem(tmp_path, case):
+    if case == "read-only":
+        path = _read_only_dir(tmp_path) / "dump"
+        problem = r"read-only file system|not writable"
+    else:
+        (tmp_path / "file").write_text("not a folder")
+        path = tmp_path / "file" if case == "a file" else tmp_path / "file" / "dump"
+        problem = "is not a directory" if case == "a file" else r"'.*file' is a file, not a folder"
+    dbg = mp.Debugger(dump_path=path, level="mix")
+    try:
+        with pytest.raises(OSError, match=problem) as e:
+            dbg.start(_model())
+        assert str(path) in str(e.value)
+        assert not dbg.recording
+        dbg.step()  # nothing was recorded: nothing to write, and nothing raises again
+    finally:
+        dbg.close()
+        if case == "read-only":
+            subprocess.run(["umount", "-l", str(path.parent)], check=False)
+
+
+def test_a_step_cut_short_by_an_exception_is_flagged_partial(tmp_path):
+    """stop() called from an except block, and record() left by an exception: the step is flagged partial.
+    A stop() with no exception in flight is an ordinary step."""
+    model, x = _model(), torch.ones(4, 8)
+    dbg = mp.Debugger(dump_path=tmp_path / "stop", level="mix")
+    dbg.start(model)
+    model(x).sum().backward()
+    dbg.step()
+    try:
+        model(x)
+        raise RuntimeError("the user's step failed")
+    except RuntimeError:
+        dbg.stop()
+    dbg.start()
+    model(x).sum()
+    dbg.stop()  # step 1 goes on after the failure; no exception now, but the step stays partial
+    dbg.step()
+    dbg.start()
+    model(x).sum().backward()
+    dbg.close()
+    d = mp.load(tmp_path / "stop")
+    assert d.steps == [0, 1, 2] and d.partial_steps == [1] and "partial steps 1" in repr(d)
+
+    with pytest.raises(ValueError, match="boom"), mp.record(dump_path=tmp_path / "rec", level="mix",
+                                                           model=model) as dbg:
+        model(x).sum().backward()
+        dbg.step()
+        model(x)
+        raise ValueError("boom")
+    d = mp.load(tmp_path / "rec")
+    assert d.steps == [0, 1] and d.partial_steps == [1]
+    assert d.meta["partial"] == [{"rank": 0, "step": 1}]
+
+
+KILLED_WHILE_CREATING = """
+import sys, time
+from msprobe_nb.store import hdf5_writer as w
+real = w._Group.__init__
+def slow(self, f, name, *a, **kw):
+    real(self, f, name, *a, **kw)
+    if name == "strings":  # the file exists, its header is not complete
+        f.flush()
+        print("creating", flush=True)
+        time.sleep(120)
+w._Group.__init__ = slow
+w.DumpWriter(sys.argv[1])
+"""
+
+
+def test_a_kill_while_the_file_is_created_leaves_no_rank_file_behind(tmp_path):
+    """Killed while it creates rank0.h5, a run leaves no unreadable rank0.h5: the next run on the same path
+    writes there (not to <path>_1), and removes what the killed one left."""
+    import signal
+    import sys
+
+    path = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_CREATING, str(path)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "creating"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert not (path / "rank0.h5").exists()
+    errors, dbg = _record(path, 2)
+    assert not errors and dbg.dump_dir == path
+    assert mp.load(path).steps == [0, 1] and sorted(p.name for p in path.iterdir()) == ["rank0.h5"]

@@ -64,6 +64,12 @@ class Dump:
         return list(self.meta.get("dropped_steps") or [])
 
     @property
+    def partial_steps(self) -> list[int]:
+        """Steps cut short by an exception in the recorded code (``stop()`` called while it was being handled,
+        or ``record()`` left by one): their rows are only what was recorded until then."""
+        return list(self.meta.get("partial_steps") or [])
+
+    @property
     def ranks(self) -> list[int]:
         return sorted(int(r) for r in self.calls["rank"].unique())
 
@@ -207,6 +213,7 @@ class Dump:
         n_calls = len(self.calls.drop_duplicates(["step", "rank", "call"]))
         what = " ".join(x for x in (self.meta.get("format", ""), self.task, self.level) if x)
         lost = f", dropped steps {_span(self.dropped_steps)}" if self.dropped_steps else ""
+        lost += f", partial steps {_span(self.partial_steps)}" if self.partial_steps else ""
         return (f"<Dump {what or 'dump'}: steps {_span(self.steps)}, ranks {_span(self.ranks)}, "
                 f"{n_calls} calls, {len(self.calls)} rows{lost}, from {self.source!r}>")
 

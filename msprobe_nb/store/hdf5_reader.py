@@ -26,6 +26,7 @@ from msprobe_nb.store.hdf5_writer import (
     COMMIT_MAGIC,
     ENCODINGS,
     FLAG_DROPPED,
+    FLAG_PARTIAL,
     FORMAT_NAME,
     GROUPS,
     INDEX_FIELDS,
@@ -449,6 +450,7 @@ class _File:
         ranges = _merge_ranges(zip(row_start[keep].tolist(), row_end[keep].tolist(), strict=True))
         self.step = np.repeat(commit_steps[keep], (row_end - row_start)[keep]).astype(np.int32)
         self.steps = sorted(set(commit_steps[keep & ~drop].tolist()))
+        self.partial = sorted(set(commit_steps[keep & ~drop & ((flags & FLAG_PARTIAL) != 0)].tolist()))
         self.n = len(self.step)
         ncalls, slot = end["calls"], end["calls_slot"]
         self.cols = {c: _read_rows(f, tails, f"calls/{c}", ncalls, slot, ranges) for c in STORED_COLUMNS}
@@ -814,6 +816,9 @@ def read_hdf5(path: str | Path, *, steps: Iterable[int] | None = None) -> DumpPa
     # steps some or all of whose rows were lost when writing them failed (a full disk): never renumbered
     meta["dropped"] = [{"rank": fl.rank, "step": s, "reason": why} for fl in files for s, why in fl.dropped]
     meta["dropped_steps"] = sorted({d["step"] for d in meta["dropped"]})
+    # steps cut short by an exception in the user's code: their rows are what was recorded until then
+    meta["partial"] = [{"rank": fl.rank, "step": s} for fl in files for s in fl.partial]
+    meta["partial_steps"] = sorted({d["step"] for d in meta["partial"]})
     meta["files"] = [str(fl.path) for fl in files]
     meta["rank_attrs"] = {fl.rank: fl.attrs for fl in files}
     meta["construct_by_step"] = ConstructByStep([fl.tree for fl in files])

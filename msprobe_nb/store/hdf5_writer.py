@@ -88,6 +88,9 @@ INDEX_FIELDS = INDEX_FIELDS_V3[:-1] + ["flags", "commit"]
 #: ``flags`` bit: the row is no data, it marks that rows of its step were lost because writing them failed
 #: (the row repeats the previous commit's lengths); bits 8-23 hold the failure's errno (0: not an OSError).
 FLAG_DROPPED = 1
+#: ``flags`` bit: the step's recording was cut short by an exception in the user's code (``stop()`` called
+#: while it was being handled, or ``record()`` left by one): its rows are what was recorded until then.
+FLAG_PARTIAL = 2
 TENSOR_CHUNK_BYTES = 1 << 20  # bytes per chunk of a tensor buffer; each step starts a fresh chunk
 #: Rows per chunk of ``/index/steps``; its extent grows a whole chunk at a time (fill rows are not commits).
 INDEX_BLOCK = 256
@@ -260,6 +263,22 @@ def lock_held(dump_dir: Path, rank: int) -> bool:
     return False
 
 
+def _unusable(path: Path, e: OSError) -> OSError:
+    """The OSError (same errno, so the same subclass) saying why the dump folder ``path`` cannot be used."""
+    up = path
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        why = f"{str(up)!r} is a file, not a folder"
+    elif e.errno == errno.EROFS:
+        why = f"{str(up)!r} is on a read-only file system"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        why = f"{str(up)!r} is not writable (permission denied)"
+    else:
+        why = os.strerror(e.errno) if e.errno else str(e)
+    return OSError(e.errno, f"dump path {str(path)!r} cannot be used: {why}")
+
+
 def claim_dump_dir(path: str | Path, on_exists: str = "new", rank: int = 0) -> tuple[Path, DumpLock, bool]:
     """Pick the directory a new dump goes to, create it and claim rank ``rank`` of it, atomically.
 
@@ -286,12 +305,14 @@ def claim_dump_dir(path: str | Path, on_exists: str = "new", rank: int = 0) -> t
                 f"{', ...' if len(old) > 4 else ''}{live}); pass on_exists='new' or 'overwrite', or another path")
         if not (old and on_exists == "new"):
             created = not path.exists()
-            path.mkdir(parents=True, exist_ok=True)
             try:
+                path.mkdir(parents=True, exist_ok=True)
                 lock = DumpLock.claim(path, rank)
             except DumpInUseError:
                 if on_exists != "new":
                     raise
+            except OSError as e:
+                raise _unusable(path, e) from None
             else:
                 break
         while True:  # the next sibling that is not a file
@@ -520,10 +541,15 @@ class DumpWriter:
     def _create(self, meta_json: str, filt: dict[str, Any], swmr: bool, tensor_compression: Any) -> None:
         if self.path.exists():
             raise FileExistsError(f"{str(self.path)!r} already exists; use resolve_dump_dir() to pick a fresh path")
+        # Created under a temporary name and renamed once its header is complete, so a kill while it is
+        # created never leaves a rank file that cannot be read (which would send the next run to <path>_1).
+        # The rank's lock is ours, so a leftover of a killed creation is removed.
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
         libver = ("v110", "v110") if swmr else ("earliest", "v110")
         # rdcc_nbytes=0: no per-dataset chunk cache; the writer only appends, and a cache per column
         # would hold memory for every step written until close()
-        f = h5py.File(self.path, "x", libver=libver, locking="best-effort", rdcc_nbytes=0)
+        f = h5py.File(tmp, "x", libver=libver, locking="best-effort", rdcc_nbytes=0)
         try:
             a = f.attrs
             a["format"] = FORMAT_NAME
@@ -568,9 +594,10 @@ class DumpWriter:
             f.flush()
             if swmr:
                 f.swmr_mode = True
+            os.rename(tmp, self.path)
         except BaseException:
             f.close()
-            self.path.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
         self._file = f
         # Interning state. Ids below the committed counts are on disk; the rest are pending.
@@ -767,8 +794,10 @@ class DumpWriter:
     # -- writing -----------------------------------------------------------------------------
     def write_step(self, step: int, columns: Mapping[str, Any], stacks: Mapping[int, list[str]] | None = None,
                    construct: Mapping[str, str | None] | None = None,
-                   tensors: Mapping[str, Any] | None = None) -> None:
-        """Append one step and make it durable; raises ValueError/TypeError before writing on bad input."""
+                   tensors: Mapping[str, Any] | None = None, *, partial: bool = False) -> None:
+        """Append one step and make it durable; raises ValueError/TypeError before writing on bad input.
+
+        ``partial=True`` flags the step as cut short by an exception (``FLAG_PARTIAL``); readers show it."""
         if self._file is None:
             raise ValueError(f"DumpWriter for {str(self.path)!r} is closed")
         step = int(step)
@@ -781,7 +810,7 @@ class DumpWriter:
             self._rollback()
             raise
         try:
-            self._write(step, payload)
+            self._write(step, payload, FLAG_PARTIAL if partial else 0)
         except BaseException:
             self._rollback()
             raise
@@ -829,7 +858,7 @@ class DumpWriter:
             tens.append((self._intern(str(name)), width, data, self._intern(dtype), self._shape_id(shape)))
         return {"n": n, "cols": cols, "stacks": new_stacks, "construct": (con_call, con_parent), "tensors": tens}
 
-    def _write(self, step: int, p: dict[str, Any]) -> None:
+    def _write(self, step: int, p: dict[str, Any], flags: int = 0) -> None:
         f, g = self._file, self._groups
         staged = {"calls": g["calls"].stage({f"calls/{c}": a for c, a in p["cols"].items()})}
         if self._new_strings:
@@ -889,7 +918,7 @@ class DumpWriter:
         row = [step]
         for name, grp in g.items():
             row += list(staged.get(name, (grp.length, grp.slot)))
-        row += [ends[w] for w in TENSOR_WIDTHS] + [0, COMMIT_MAGIC]
+        row += [ends[w] for w in TENSOR_WIDTHS] + [flags, COMMIT_MAGIC]
         i = self._rows
         try:
             self._append_index(row)
