@@ -31,7 +31,8 @@ def test_compare_writes_msprobe_csv(tmp_path, capsys):
     out = tmp_path / "result.csv"
     rc, text, _ = run(capsys, "compare", NPU, BENCH, "-o", str(out))
     assert rc == 0
-    assert "366 rows, 364 pass, 2 warning" in text and "first divergence: Torch.softmax.0.forward" in text
+    # 2 msprobe warnings; the diverging rows are warnings too, and the first divergence's are errors
+    assert "366 rows, 346 pass, 18 warning, 2 error" in text and "first divergence: Torch.softmax.0.forward" in text
     df = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert list(df.columns[:28]) == MSPROBE_HEADERS["statistics"] and len(df) == 366
 
@@ -50,12 +51,12 @@ def test_legacy_compare_json(tmp_path, capsys):
     (tmp_path / "compare.json").write_text(json.dumps(cfg))
     rc, text, _ = run(capsys, "-f", "pytorch", "compare", "-i", str(tmp_path / "compare.json"),
                       "-o", str(tmp_path), "--fail-on", "warning")
-    assert rc == 1  # two warnings
+    assert rc == 1  # warnings (msprobe's two, and the diverging rows)
     assert "mode statistics" in text and list(tmp_path.glob("compare_result_*.csv"))
     cfg["is_print_compare_log"] = False
     (tmp_path / "quiet.json").write_text(json.dumps(cfg))
     rc, text, _ = run(capsys, "compare", "-i", str(tmp_path / "quiet.json"), "--fail-on", "error")
-    assert rc == 0 and text == ""
+    assert rc == 1 and text == ""  # the first divergence is an error
 
 
 @needs_toy

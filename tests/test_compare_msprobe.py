@@ -113,12 +113,14 @@ def test_statistics_csv_export_equals_msprobe(stat_result, tmp_path):
 @needs_toy
 def test_statistics_results_equal_msprobe_except_where_documented(stat_result):
     ref = read_msprobe_csv("compare_stat_L1.csv")
-    differ = {n: (a, b) for n, a, b in zip(ref["NPU Name"], ref["Result"], stat_result["result"]) if a != b}
+    # msprobe's grading is kept in msprobe_result (result adds the divergence verdict: see test below)
+    differ = {n: (a, b) for n, a, b in zip(ref["NPU Name"], ref["Result"], stat_result["msprobe_result"])
+              if a != b}
     assert differ == DELIBERATE
     # per call, the grades agree exactly
-    ref_call = ref.assign(call=stat_result["call"].to_numpy()).groupby("call", sort=False)["Result"].agg(
-        lambda s: max(s, key=["pass", "warning", "error"].index))
-    ours = stat_result.calls_summary().set_index("call")["result"]
+    worst = lambda s: max(s, key=["pass", "warning", "error"].index)  # noqa: E731
+    ref_call = ref.assign(call=stat_result["call"].to_numpy()).groupby("call", sort=False)["Result"].agg(worst)
+    ours = pd.DataFrame(stat_result).groupby("call", sort=False)["msprobe_result"].agg(worst)
     assert ours.loc[ref_call.index].tolist() == ref_call.tolist()
     row = stat_result.set_index("name").loc["Functional.layer_norm.3.backward.output.1"]
     assert any("15.5x" in r for r in row["reasons"])
@@ -128,7 +130,8 @@ def test_statistics_results_equal_msprobe_except_where_documented(stat_result):
 def test_msprobe_levels_give_the_same_results_here():
     from msprobe_nb.store.dump import load
     r = compare(load(TOY / "stat_L1_npu"), load(TOY / "stat_L1_bench"), thresholds=Thresholds.msprobe())
-    assert r.counts()["warning"] == 2 and r.counts()["error"] == 0
+    graded = pd.Series(r["msprobe_result"]).value_counts()
+    assert graded.get("warning", 0) == 2 and graded.get("error", 0) == 0
 
 
 def _toy_softmax_tensors(variant: str) -> dict[str, torch.Tensor]:
@@ -203,7 +206,7 @@ def test_tensor_mode_metrics_equal_msprobe():
             assert math.isclose(got, want, rel_tol=1e-6, abs_tol=max(tol, 5e-13)), (row, col, got, want)
             assert frame[col].iat[i] == ref[col][i], (row, col)
         assert frame["Data_name"].iat[i] == ref["Data_name"][i]
-        assert r["result"].iat[i] == ref["Result"][i] == "pass"
+        assert r["msprobe_result"].iat[i] == ref["Result"][i] == "pass"
     # rows msprobe could not compare (None leaves, non-tensor values) read the same
     kinds = r["kind"].to_numpy()
     for col in TENSOR_METRICS:
@@ -336,10 +339,11 @@ def test_dtype_rules():
                    ("Torch.b.0.forward", {"input.0": {"max": 1.0, "dtype": "torch.int64"}, "output.0": 1.0})])
     r = compare(npu, bench).set_index("name")
     a, b = r.loc["Torch.a.0.forward.input.0"], r.loc["Torch.b.0.forward.input.0"]
-    assert a["result"] == "warning" and a["comparable"] and "compared anyway" in a["reasons"][0]
+    assert a["msprobe_result"] == "warning" and a["comparable"] and "compared anyway" in a["reasons"][0]
+    assert a["result"] == "error"  # its dtype differs while nothing before it does: the first divergence
     assert b["result"] == "error" and not b["comparable"] and math.isnan(b["max_diff"])
     assert compare(npu, bench, thresholds=Thresholds.msprobe()).set_index("name").loc[
-        "Torch.a.0.forward.input.0", "result"] == "error"
+        "Torch.a.0.forward.input.0", "msprobe_result"] == "error"
     csv = compare(npu, bench).to_msprobe_frame().set_index("NPU Name")
     assert csv.loc["Torch.b.0.forward.input.0", "Bench Name"] == "N/A"
     assert csv.loc["Torch.b.0.forward.input.0", "Bench Dtype"] == "N/A"
@@ -461,7 +465,7 @@ def test_growth_warning_uses_inputs():
     bench = build([("Torch.g.0.forward", {"input.0": {"norm": 1.0}, "output.0": {"norm": 1.0}})],
                   max=1.0, min=-1.0, mean=0.1)
     r = compare(npu, bench).set_index("name")
-    assert r.loc["Torch.g.0.forward.output.0", "result"] == "warning"
+    assert r.loc["Torch.g.0.forward.output.0", "msprobe_result"] == "warning"
     assert r.loc["Torch.g.0.forward.input.0", "result"] == "pass"
 
 
@@ -559,3 +563,16 @@ def test_thresholds_as_dict():
         compare(npu, bench, thresholds={"nope": 1})
     with pytest.raises(CompareError, match="dtype_mismatch_level"):
         compare(npu, bench, thresholds={"dtype_mismatch_level": "fatal"})
+
+
+@needs_toy
+def test_the_first_divergence_is_never_graded_pass(stat_result):
+    """One notion of bad: result raises msprobe's grade to warning on diverging rows and to error on the
+    first divergence's, while the msprobe CSV keeps msprobe's own grade."""
+    d = stat_result.first_divergence()
+    root = stat_result[(stat_result["call"] == d.call) & stat_result["diverges"]]
+    assert len(root) and set(root["result"]) == {"error"}
+    assert all(any(r.startswith("error: first divergence") for r in rs) for rs in root["reasons"])
+    diverging = stat_result[stat_result["diverges"]]
+    assert "pass" not in set(diverging["result"])
+    assert (stat_result["msprobe_result"] != stat_result["result"]).any()

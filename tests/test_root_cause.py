@@ -318,3 +318,15 @@ def test_a_filtered_sorted_or_copied_result_keeps_its_methods(tmp_path):
     assert r[r["call"] == "nothing"].first_divergence() is None
     with pytest.raises(CompareError, match="select rows"):
         r[["name", "err"]].first_divergence()
+
+
+def test_compare_itself_says_when_the_dumps_cannot_tell_anything(tmp_path):
+    """A dump against itself, or an MLP against a CNN: compare() says so at once, not only in the viewer."""
+    mlp = record(tmp_path / "mlp", nested_ln(1e-5), plain_step, level="mix")
+    with pytest.warns(UserWarning, match="same dump"):
+        r = compare(mlp, mlp)
+    assert any("same dump" in n for n in r.notes)
+    cnn = record(tmp_path / "cnn", lambda: nn.Sequential(nn.Unflatten(1, (2, 4)), nn.Conv1d(2, 2, 3), nn.Flatten()),
+                 lambda m, x: m(x).square().mean(), level="mix")
+    with pytest.warns(UserWarning, match="same model"):
+        compare(mlp, cnn, fuzzy=True)

@@ -161,22 +161,65 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     n_rows = int((t["match"] != "bench_only").sum())
     b_rows = int((t["match"] != "npu_only").sum())
     n_matched = int((t["match"] == "matched").sum())
+    said: list[str] = []  # notes a user must see at once, not only in the viewer or the CLI
     if n_matched < 0.5 * min(n_rows, b_rows):
-        notes.append(f"only {n_matched} of {n_rows} NPU rows and {b_rows} bench rows matched: are these dumps of "
-                     "the same model and step? fuzzy=True or a mapping may pair more")
+        said.append(f"only {n_matched} of {n_rows} NPU rows and {b_rows} bench rows matched: are these dumps of "
+                    "the same model and step? fuzzy=True or a mapping may pair more")
+    if _same_dump(npu, bench, n_side, b_side):
+        said.append("the NPU and bench dumps are the same dump: every call agrees by construction")
+    notes += said
     if mode == "tensor":
         add_tensor_metrics(t, n_side.dump, b_side.dump, th, progress)
     mark_errors(t, mode, th)
-    t["result"], reasons = grade(t, mode, th)
+    t["msprobe_result"], reasons = grade(t, mode, th)
     t["reasons"] = np.empty(len(reasons), dtype=object)
     t["reasons"][:] = reasons
+    t["result"] = t["msprobe_result"]
     res = CompareResult(result_frame(t))
     res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes)
-    if len(m.unpaired):
-        for note in notes:
-            if "without a counterpart" in note:
-                warnings.warn(note, stacklevel=2)
+    _one_verdict(res, th)
+    for note in said + [n for n in notes if "without a counterpart" in n]:
+        warnings.warn(note, stacklevel=2)
     return res
+
+
+def _same_dump(npu: Any, bench: Any, n_side: _Side, b_side: _Side) -> bool:
+    """The two arguments are one dump (the same object, or the same path)."""
+    if npu is bench or (n_side.dump is not None and n_side.dump is b_side.dump):
+        return True
+    if isinstance(npu, (str, os.PathLike)) and isinstance(bench, (str, os.PathLike)):
+        try:
+            return Path(npu).resolve() == Path(bench).resolve()
+        except OSError:
+            return False
+    return False
+
+
+def _one_verdict(res: CompareResult, th: Thresholds) -> None:
+    """One notion of bad, shown one way: ``result`` is msprobe's grading (kept in ``msprobe_result``, which
+    the msprobe CSV writes) raised to a warning where a row diverges, and to an error on the diverging rows
+    of each first divergence, so the call the runs part at is never graded "pass"."""
+    result = res["result"].to_numpy(dtype=object).copy()
+    reasons = res["reasons"].to_numpy(dtype=object).copy()
+    div = res["diverges"].to_numpy(dtype=bool)
+    err = res["err"].to_numpy(dtype=float)
+    rtol = th.rtol_of(res["npu_dtype"], res["bench_dtype"])
+    for i in np.flatnonzero(div & (result == "pass")):
+        why = f"relative error {err[i]:.3g} above the tolerance {rtol[i]:.3g}" if np.isfinite(err[i]) else \
+            "a hard mismatch (shape, value, dtype or NaN/inf)"
+        result[i] = "warning"
+        reasons[i] = list(reasons[i]) + [f"warning: diverges from the bench: {why}"]
+    if div.any():
+        calls, steps, ranks = (res[c].to_numpy() for c in ("call", "step", "rank"))
+        for d in res.divergences():
+            rows = np.flatnonzero((calls == d.call) & (steps == d.step) & (ranks == d.rank) & div)
+            for i in rows:
+                if result[i] != "error" or not any(r.startswith("error: first divergence") for r in reasons[i]):
+                    result[i] = "error"
+                    reasons[i] = list(reasons[i]) + [f"error: first divergence of step {d.step}, rank {d.rank}: "
+                                                     f"{d.message}"]
+    res["result"] = result
+    res["reasons"] = reasons
 
 
 def _thresholds(th: Any) -> Thresholds:

@@ -235,7 +235,7 @@ def msprobe_frame(r: CompareResult, *, include_bench_only: bool = True) -> pd.Da
                 cols[f"{side} {h}"] = st[s]
     cols["Requires_grad Consistent"] = np.array([str(a == b) for a, b in zip(ns["rg"], bs["rg"])] + [""],
                                                 dtype=object)[:-1]
-    cols["Result"] = t["result"].to_numpy(dtype=object)
+    cols["Result"] = t["msprobe_result" if "msprobe_result" in t else "result"].to_numpy(dtype=object)
     cols["Err_message"] = np.array([json.dumps(list(x), ensure_ascii=False) for x in t["reasons"]] + [""],
                                    dtype=object)[:-1]
     stack = np.full(len(t), "N/A", dtype=object)
