@@ -115,7 +115,9 @@ class StackTable:
             for filename, ln, _ in frames:
                 wanted.setdefault(filename, set()).add(ln)
         text = _source_lines(wanted)
-        return {sid: [f"File {fn}, line {ln}, in {name}, \n {text.get((fn, ln), '')}" for fn, ln, name in frames]
+        shown = _cell_names(wanted)
+        return {sid: [f"File {shown.get(fn, fn)}, line {ln}, in {name}, \n {text.get((fn, ln), '')}"
+                      for fn, ln, name in frames]
                 for sid, frames in self._new_stacks.items()}
 
     def flushed(self) -> None:
@@ -154,6 +156,26 @@ def _source_lines(wanted: dict[str, set[int]]) -> dict[tuple[str, int], str]:
             for ln in lines:
                 out[filename, ln] = linecache.getline(filename, ln).strip()
             linecache.cache.pop(filename, None)
+    return out
+
+
+def _cell_names(filenames) -> dict[str, str]:
+    """``Cell In[3]`` for the files IPython compiled notebook cells into (``/tmp/ipykernel_21711/37...py``),
+    as IPython's own tracebacks name them; {} outside IPython."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None) if ipython is not None else None
+    shell = get() if get is not None else None
+    name_of = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    if name_of is None:
+        return {}
+    out = {}
+    for fn in filenames:
+        try:
+            named = name_of(fn)
+        except Exception:  # noqa: BLE001 - a nicer name is optional
+            named = None
+        if named:
+            out[fn] = " ".join(named)
     return out
 
 
