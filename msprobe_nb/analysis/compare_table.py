@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from msprobe_nb.progress import bar
 
 from . import metrics as M
 from .grading import Thresholds
@@ -212,12 +212,7 @@ def add_tensor_metrics(t: dict[str, np.ndarray], nd: Any, bd: Any, th: Threshold
     todo = np.flatnonzero(comparable & (kind == "tensor"))
     ndn, bdn = t["npu_data_name"], t["bench_data_name"]
     steps, ranks = (t["step"], t["bench_step"]), (t["rank"], t["bench_rank"])
-    if progress is None:
-        progress = len(todo) > 100 and sys.stderr.isatty() and "PYTEST_CURRENT_TEST" not in os.environ
-    it = todo
-    if progress:
-        from tqdm import tqdm
-        it = tqdm(todo, desc="comparing tensors", unit="tensor")
+    it = bar(todo, desc="comparing tensors", unit="tensor", minimum=100, explicit=progress)
     for i in it:
         if not ndn[i] or not bdn[i]:
             status[i] = M.ST_NODATA

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprobe_nb.progress import bar
 from msprobe_nb.store.errors import DumpFormatError  # one error class for every dump reader, without h5py
 from msprobe_nb.store.schema import DumpParts, coerce_calls
 
@@ -600,7 +601,7 @@ def read_msprobe(path: str | Path, *, allow_outside: bool = False) -> DumpParts:
     meta: dict[str, Any] = {"format": "msprobe", "task": "", "level": "", "framework": "", "ranks": [],
                             "notes": []}
     seen: set[tuple[int, int]] = set()
-    for rd in rank_dirs:
+    for rd in bar(rank_dirs, desc="reading msprobe ranks", unit="rank", minimum=8):
         if (rd.step, rd.rank) in seen:
             raise DumpFormatError(f"{rd.dump_json}: step {rd.step} rank {rd.rank} appears twice")
         seen.add((rd.step, rd.rank))

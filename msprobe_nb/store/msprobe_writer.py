@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from msprobe_nb.progress import bar, wanted
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.msprobe_reader import MICRO_STEP_KEY, is_plain_file_name
 
@@ -312,7 +313,9 @@ def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> 
     extras = {(r.get("step"), r.get("rank")): r for r in dump.meta.get("ranks", []) if isinstance(r, dict)}
     plan = _plan(dump, out, task)
     missing: list[str] = []
-    for step, rank, calls, rank_dir, files in plan:
+    # a bar for 8 ranks or more, or 200 tensor files or more
+    show = wanted(max(len(plan), sum(len(p[4]) for p in plan) // 25), minimum=8)
+    for step, rank, calls, rank_dir, files in bar(plan, desc="exporting ranks", unit="rank", explicit=show):
         rank_dir.mkdir(parents=True, exist_ok=True)
         tensor_dir = rank_dir / "dump_tensor_data"
         _write_json(rank_dir / "dump.json", {
