@@ -4,6 +4,11 @@ No function object is replaced, so ``from torch import relu`` is recorded and ``
 identity. Inside the handler the mode is off, which gives msprobe's "outermost API only" semantics and
 lets the statistics run on torch without recording themselves. Under ``torch.compile`` tracing the
 handler steps aside, so dynamo neither guards on the recorder nor recompiles per call.
+
+Autograd runs its nodes without any function mode: a call's backward is read from its own nodes
+(``grad_hooks`` / ``api_backward``), and a reentrant checkpoint's recompute is recorded by pushing this mode
+for that one node's backward. Custom ``autograd.Function`` calls are seen from inside their forward
+(``custom_functions``).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ _CHECKPOINT_NODE = getattr(torch.utils.checkpoint.CheckpointFunction, "_backward
 _CHECKPOINT_FILES = frozenset({torch.utils.checkpoint.__file__, torch.random.__file__})
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _TORCH_NN_DIR = os.path.join(_TORCH_DIR, "nn") + os.sep  # a checkpointed module's forward lives there
+
 
 def _checkpoint_plumbing(func, frame) -> bool:
     """A call that reentrant checkpointing makes itself while it replays (its detach, the RNG fork's device
@@ -100,7 +106,6 @@ class ApiMode(TorchFunctionMode):
             return func(*args, **kwargs)
         frame = sys._getframe(1)
         if self.replaying and _checkpoint_plumbing(func, frame):
-
             return func(*args, **kwargs)
         if resolved[0] == "Tensor":
             try:
