@@ -133,30 +133,29 @@ def test_output_dtype_that_differs_with_agreeing_inputs_is_the_root(tmp_path):
     assert d.call == "Torch.matmul.0.forward" and d.kind == "call", d
 
 
+def permuted(seed):
+    """A step that reorders the batch by a permutation drawn after reseeding with ``seed``."""
+    def run(m, x):
+        torch.manual_seed(seed)
+        perm = torch.randperm(4)
+        return m(x[perm]).cumsum(0).square().mean()
+    return run
+
+
+def linear8():
+    return nn.Sequential(nn.Linear(8, 8))
+
+
 def test_randperm_from_another_generator_state_is_the_root_in_statistics_mode(tmp_path):
-    def step(seed):
-        def run(m, x):
-            torch.manual_seed(seed)
-            perm = torch.randperm(4)
-            return m(x[perm]).cumsum(0).square().mean()
-        return run
-    model = lambda: nn.Sequential(nn.Linear(8, 8))  # noqa: E731
-    npu = record(tmp_path / "npu", model, step(1), level="L1")
-    bench = record(tmp_path / "bench", model, step(2), level="L1")
+    npu = record(tmp_path / "npu", linear8, permuted(1), level="L1")
+    bench = record(tmp_path / "bench", linear8, permuted(2), level="L1")
     d = compare(npu, bench).first_divergence()
     assert d.call == "Torch.randperm.0.forward", d
 
 
 def test_md5_hashes_decide_in_auto_mode(tmp_path):
-    def step(seed):
-        def run(m, x):
-            torch.manual_seed(seed)
-            perm = torch.randperm(4)
-            return m(x[perm]).cumsum(0).square().mean()
-        return run
-    model = lambda: nn.Sequential(nn.Linear(8, 8))  # noqa: E731
-    npu = record(tmp_path / "npu", model, step(1), level="L1", summary_mode="md5")
-    bench = record(tmp_path / "bench", model, step(2), level="L1", summary_mode="md5")
+    npu = record(tmp_path / "npu", linear8, permuted(1), level="L1", summary_mode="md5")
+    bench = record(tmp_path / "bench", linear8, permuted(2), level="L1", summary_mode="md5")
     result = compare(npu, bench)
     row = result[result["name"] == "Torch.randperm.0.forward.output.0"].iloc[0]
     assert bool(row["diverges"])
