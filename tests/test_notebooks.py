@@ -1,12 +1,15 @@
 """Every tutorial notebook in notebooks/ runs top to bottom in a real kernel, quickly, and is saved without outputs.
 
-Each notebook is copied to a temporary folder and executed there (so its runs/ folders never land in the
-repository); the kernel finds data/samples through ``MSPROBE_NB_REPO``. A failure names the cell, shows its
-source and the error.
+The notebooks are copied to one temporary folder and executed there in order, as a reader runs them from
+notebooks/ (so their runs/ folders never land in the repository); the kernel finds data/samples through
+``MSPROBE_NB_REPO``. Each notebook writes only under a ``runs/NN_name/`` folder of its own (NN: its number),
+shows no warning, and running it again replaces that folder's files instead of piling up ``npu_1``,
+``npu_2``... beside them. A failure names the cell, shows its source and the error.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -30,8 +33,6 @@ def _error_of(cell) -> str:
 
 
 def _strip_ansi(text: str) -> str:
-    import re
-
     return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
 
 
@@ -42,6 +43,45 @@ def _repo_snapshot() -> set[str]:
         if folder.is_dir():
             out |= {str(p) for p in folder.rglob("*") if ".ipynb_checkpoints" not in p.parts}
     return out
+
+
+def _warnings_of(nb) -> list[str]:
+    """``cell i: text`` for every stderr output of ``nb`` that names a warning (SomethingWarning)."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            text = out.get("text", "") if out.get("output_type") == "stream" and out.get("name") == "stderr" else ""
+            if re.search(r"[A-Za-z]*Warning\b", text):
+                found.append(f"cell {i}: {_strip_ansi(text).strip()[:500]}")
+    return found
+
+
+def _files(workdir: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``workdir`` (but the notebook copies) with its mtime and size."""
+    out = {}
+    for p in workdir.rglob("*"):
+        rel = p.relative_to(workdir)
+        if p.is_file() and ".ipynb_checkpoints" not in rel.parts and not (len(rel.parts) == 1 and p.suffix == ".ipynb"):
+            st = p.stat()
+            out[rel.as_posix()] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _own_folder(path: Path, touched: set[str]) -> str:
+    """The one ``runs/NN_name`` folder the notebook wrote (or removed) everything in; fails otherwise."""
+    number = path.name.split("_", 1)[0]
+    folders = {"/".join(f.split("/")[:2]) for f in touched}
+    outside = sorted(f for f in touched if not re.fullmatch(rf"runs/{number}_[^/]+/.+", f))
+    assert not outside, (f"{path.name} wrote outside a runs/{number}_*/ folder of its own: {outside[:8]}"
+                         f"{' ...' if len(outside) > 8 else ''}")
+    assert len(folders) <= 1, f"{path.name} wrote into several folders: {sorted(folders)}"
+    return folders.pop() if folders else ""
+
+
+@pytest.fixture(scope="module")
+def shared_workdir(tmp_path_factory) -> Path:
+    """One folder for all the notebooks, as notebooks/ is for a reader who runs them one after another."""
+    return tmp_path_factory.mktemp("notebooks")
 
 
 def run_notebook(path: Path, workdir: Path) -> tuple[nbformat.NotebookNode, float]:
@@ -88,13 +128,46 @@ def test_notebook_is_saved_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
+def test_notebook_runs(path, shared_workdir, monkeypatch):
     monkeypatch.setenv("MSPROBE_NB_REPO", str(REPO))
     monkeypatch.setenv("MPLBACKEND", "agg")
     before = _repo_snapshot()
-    nb, seconds = run_notebook(path, tmp_path)
+    files_before = _files(shared_workdir)
+    nb, seconds = run_notebook(path, shared_workdir)
     print(f"{path.name}: {seconds:.1f} s")
     errors = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _error_of(c)]
     assert not errors, f"{path.name}: cells {errors} show errors"
     assert _repo_snapshot() == before, "the notebook wrote into the repository"
+    files_after = _files(shared_workdir)
+    touched = {f for f in files_after if files_before.get(f) != files_after[f]} | (set(files_before) - set(files_after))
+    _own_folder(path, touched)
+    warned = _warnings_of(nb)
+    assert not warned, f"{path.name} shows warnings:\n" + "\n".join(warned)
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)"
+
+
+#: the notebook run twice: the one with the most recordings (13 dumps)
+RERUN = REPO / "notebooks" / "03_randomness.ipynb"
+
+
+@pytest.mark.skipif(not RERUN.is_file(), reason=f"{RERUN.name} is missing")
+def test_notebook_rerun_replaces_its_own_files(shared_workdir, monkeypatch):
+    """Running a notebook again leaves the same files in its folder, all rewritten, with no warning."""
+    monkeypatch.setenv("MSPROBE_NB_REPO", str(REPO))
+    monkeypatch.setenv("MPLBACKEND", "agg")
+    number = RERUN.name.split("_", 1)[0]
+    first = {f: v for f, v in _files(shared_workdir).items() if f.startswith(f"runs/{number}_")}
+    if not first:  # test_notebook_runs did not run it in this session
+        run_notebook(RERUN, shared_workdir)
+        first = {f: v for f, v in _files(shared_workdir).items() if f.startswith(f"runs/{number}_")}
+    others = {f: v for f, v in _files(shared_workdir).items() if f not in first}
+    nb, _ = run_notebook(RERUN, shared_workdir)
+    after = _files(shared_workdir)
+    again = {f: v for f, v in after.items() if f.startswith(f"runs/{number}_")}
+    new, gone = sorted(set(again) - set(first)), sorted(set(first) - set(again))
+    assert not new and not gone, f"a second run changed the files of {RERUN.name}: new {new[:8]}, gone {gone[:8]}"
+    stale = sorted(f for f in first if first[f][0] == again[f][0])
+    assert not stale, f"a second run of {RERUN.name} did not rewrite {stale[:8]}"
+    assert {f: v for f, v in after.items() if f not in again} == others, "a second run touched other notebooks' files"
+    warned = _warnings_of(nb)
+    assert not warned, f"a second run of {RERUN.name} shows warnings:\n" + "\n".join(warned)
