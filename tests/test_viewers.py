@@ -21,7 +21,7 @@ import msprobe_nb
 from msprobe_nb.analysis.compare import compare
 from msprobe_nb.store.dump import load
 from msprobe_nb.store.schema import coerce_calls
-from msprobe_nb.viewers import CompareViewer, DumpViewer
+from msprobe_nb.viewers import CompareViewer, DumpViewer, grid_widget
 from msprobe_nb.viewers import plots as P
 from msprobe_nb.viewers.compare_viewer import trace_frame, trace_html
 from msprobe_nb.viewers.table import (
@@ -30,10 +30,16 @@ from msprobe_nb.viewers.table import (
     cell_flags,
     cell_styles,
     filter_rows,
+    format_number,
+    format_value,
+    grid_columns,
     page_rows,
     render_html,
+    row_verdicts,
     sort_rows,
 )
+from msprobe_nb.viewers.tree import divergence_path, module_tree, tree_payload, visible_nodes, walk
+from msprobe_nb.viewers.view_state import next_sort
 
 GOLDEN = Path(__file__).parent / "golden"
 FAMILIES = ["Functional", "Torch", "Tensor", "Module", "NPU", "Distributed", "Aten"]
@@ -360,6 +366,109 @@ def test_trace_pane_with_provenance(runs):
     assert "Functional.relu.0.forward" in html and "first divergence" in html
 
 
+# ------------------------------------------------------------------------------------------ grid model
+def test_numbers_have_one_format():
+    assert [format_number(x) for x in (0.0, -0.0, 7.14538e-05, 0.00264508, 3.0, 12345.678, 1e9, np.inf, np.nan)] \
+        == ["0", "0", "7.145e-05", "0.002645", "3", "1.235e+04", "1e+09", "inf", ""]
+    assert format_number(np.int64(7)) == "7" and format_value(0.123456789) == "0.1235"
+    assert format_value(["a", "b"]) == "a; b" and format_value(None) == ""
+
+
+def test_grid_columns_put_the_cause_first(runs):
+    r = runs["statistics"][2]
+    v = CompareViewer(r)
+    assert v.columns[:7] == ["name", "result", "reasons", "npu_dtype", "bench_dtype", "err", "call_index"]
+    assert grid_columns(["call", "io", "max", "call_index"], ["call", "io", "max", "call_index"]) == \
+        ["call", "call_index", "io", "max"]
+    p = v.grid_payload()
+    keys = [c["key"] for c in p["columns"]]
+    assert keys == v.columns and [c["key"] for c in p["columns"] if c["frozen"]] == ["name"]
+    assert len(p["rows"]) == len(p["verdict"]) == len(p["flags"]) == len(v.rows)
+    assert set(p["verdict"]) <= {"pass", "warning", "error", "unmatched"} and all(p["verdict"])  # every row coloured
+    err = keys.index("err")
+    for row, verdict, flags in zip(p["rows"], p["verdict"], p["flags"]):
+        if verdict == "error":
+            assert err in flags
+        assert row[err] == format_number(float(row[err])) if row[err] not in ("", "inf") else True  # 4 digits
+    assert p["pos"][0] == v.state.page * v.state.page_size
+
+
+def test_row_verdicts_colour_every_row():
+    t = _small_compare().assign(match=["matched", "matched", "npu_only", "matched"])
+    assert row_verdicts(t) == ["pass", "warning", "unmatched", "error"]
+    calls = coerce_calls(pd.DataFrame({"call": ["A.x.0.forward"] * 2, "max": [np.inf, 1.0], "nan_count": [0, 0]}))
+    assert row_verdicts(calls) == ["nan", ""]
+
+
+def test_header_clicks_cycle_the_sort(big):
+    assert next_sort(None, True, "norm") == ("norm", True)
+    assert next_sort("norm", True, "norm") == ("norm", False)
+    assert next_sort("norm", False, "norm") == (None, True)
+    assert next_sort("norm", False, "max") == ("max", True)
+    v = DumpViewer(big.head(4000), page_size=20)
+    p = v.grid_payload()
+    assert p["sort"] is None and [c["key"] for c in p["columns"] if c["frozen"]] == ["call"]
+
+
+# ------------------------------------------------------------------------------------------ model tree
+def test_module_tree_of_a_compare(runs):
+    r = runs["statistics"][2]
+    d = r.first_divergence()
+    nodes = module_tree(r, d)
+    flat = {n.call: n for n in walk(nodes)}
+    assert [n.call for n in nodes] == ["Module.l1.Linear.forward.0", "Module.act.ReLU.forward.0",
+                                       "Module.l2.Linear.forward.0", "Module.l2.Linear.backward.0",
+                                       "Module.act.ReLU.backward.0", "Module.l1.Linear.backward.0"]
+    act = flat["Module.act.ReLU.forward.0"]
+    assert act.verdict == "error" and act.errors >= 1 and act.on_path and act.divergence
+    assert act.rows == int(r["call"].isin(["Module.act.ReLU.forward.0", "Functional.relu.0.forward"]).sum())
+    assert flat["Module.l1.Linear.forward.0"].verdict == "pass" and not flat["Module.l1.Linear.forward.0"].on_path
+    # the parameter gradients count for their module's backward
+    l2b = flat["Module.l2.Linear.backward.0"]
+    assert l2b.rows == int(r["call"].isin(["Module.l2.Linear.backward.0", "Functional.linear.1.backward",
+                                           "Module.l2.Linear.parameters_grad.0"]).sum())
+    assert divergence_path(nodes) == ["Module.act.ReLU.forward.0"]
+    payload = tree_payload(nodes)
+    assert payload[1]["id"] == act.call and payload[1]["verdict"] == "error" and payload[1]["divergence"]
+
+
+def test_module_tree_nests_and_rolls_up():
+    calls = ["Module.blk.Block.forward.0", "Module.blk.attn.Attn.forward.0", "Functional.softmax.0.forward",
+             "Module.blk.mlp.MLP.forward.0", "Functional.gelu.0.forward", "Module.head.Linear.forward.0"]
+    parents = ["", "Module.blk.Block.forward.0", "Module.blk.attn.Attn.forward.0", "Module.blk.Block.forward.0",
+               "Module.blk.mlp.MLP.forward.0", ""]
+    t = pd.DataFrame({"call_index": range(6), "call": calls, "parent": parents, "step": 0, "rank": 0,
+                      "name": [c + ".output.0" for c in calls], "io": "output",
+                      "result": ["pass", "pass", "error", "warning", "pass", "pass"], "match": "matched"})
+    div = {"call": "Functional.softmax.0.forward",
+           "modules": ["Module.blk.attn.Attn.forward.0", "Module.blk.Block.forward.0"]}
+    nodes = module_tree(t, div)
+    assert [n.call for n in nodes] == ["Module.blk.Block.forward.0", "Module.head.Linear.forward.0"]
+    blk = nodes[0]
+    assert [c.path for c in blk.children] == ["blk.attn", "blk.mlp"] and blk.children[0].depth == 1
+    assert blk.verdict == "error" and blk.rows == 5 and blk.errors == 1 and blk.warnings == 1
+    assert blk.children[1].verdict == "warning" and nodes[1].verdict == "pass"
+    assert divergence_path(nodes) == ["Module.blk.Block.forward.0", "Module.blk.attn.Attn.forward.0"]
+    assert [n.call for n in visible_nodes(nodes)] == [nodes[0].call, nodes[1].call]
+    assert len(visible_nodes(nodes, {blk.call})) == 4
+    assert module_tree(t.drop(columns="parent"))[0].children == []  # no parent column: a flat list
+
+
+# ------------------------------------------------------------------------------------------ the answer
+def test_compare_viewer_opens_on_the_answer(runs):
+    r = runs["statistics"][2]
+    v = CompareViewer(r, page_size=5)
+    d = r.first_divergence()
+    assert v.state.selected == d.call and v.state.page > 0 and d.call in set(v.rows["call"])
+    a = v.answer()
+    assert a["call"] == d.call and a["modules"] == list(reversed(d.modules)) and a["chain"] == list(d.chain)
+    box = v.answer_html()
+    assert f"first divergence: {d.call}" in box and "inside" in box
+    assert ("fix:" in box) == bool(a["advice"]) and ("cause:" in box or "fix:" in box)
+    assert v.grid_payload(scroll=True)["scroll_to"] >= 0 and v.grid_payload()["marked"]
+    assert CompareViewer(r, open_at_divergence=False).state.selected is None
+
+
 # ------------------------------------------------------------------------------------------ widgets
 def test_widgets_mirror_state(runs):
     import ipywidgets as W
@@ -368,18 +477,26 @@ def test_widgets_mirror_state(runs):
     box = v.widget
     assert isinstance(box, W.VBox) and "application/vnd.jupyter.widget-view+json" in v._repr_mimebundle_()
     w = v._w
+    grid = w["grid"]
     w["io"].value = "output"  # widget -> state
     assert v.state.io == "output" and set(v.rows["io"]) == {"output"}
     v.set_state(family="Functional")  # state -> widget
-    assert w["family"].value == "Functional" and "Functional" in w["table"].value
+    assert w["family"].value == "Functional" and all(r[0].startswith("Functional") for r in grid.payload["rows"])
     w["io"].value = "all"
     w["next"].click()
     assert v.state.page == 1 and w["page"].value == 2 and not w["prev"].disabled
-    pos = w["pick"].options[0][1]
-    w["pick"].value = pos  # choosing a call of the page selects it and opens the detail tab
-    assert v.state.selected == v.table.iloc[v._positions[pos]]["call"] and w["tabs"].selected_index == 1
-    assert v.state.selected in w["detail"].value
-    w["call"].value = "relu"
+    pos = grid.payload["pos"][3]
+    grid.click_row(pos)  # a click on a row selects its call; its detail shows under the grid
+    assert v.state.selected == v.table.iloc[v._positions[pos]]["call"] and w["tabs"].selected_index == 0
+    assert v.state.selected in w["detail"].value and grid.payload["selected"]
+    grid.click_header("norm")
+    assert v.state.sort_by == "norm" and v.state.ascending and grid.payload["sort"] == ["norm", True]
+    grid.click_header("norm")
+    assert not v.state.ascending and v.rows["norm"].is_monotonic_decreasing
+    grid.click_header("norm")
+    assert v.state.sort_by is None
+    w["call"].value = "relu"  # the live filter: its value follows the typing
+    assert type(w["call"]).__name__ == "LiveText" and w["call"].hint
     assert v.state.page == 0 and set(v.rows["call"]) <= {"Functional.relu.0.forward", "Functional.relu.0.backward"}
     w["tabs"].selected_index = 2
     assert bytes(w["plot_order"].value)[:4] == bytes(w["plot_module"].value)[:4] == b"\x89PNG"
@@ -387,13 +504,48 @@ def test_widgets_mirror_state(runs):
         v.set_state(colour="red")
 
 
+def test_tree_node_filters_the_grid(runs):
+    v = CompareViewer(runs["statistics"][2])
+    w = (v.widget, v._w)[1]
+    tree = w["tree"]
+    assert tree.expanded == ["Module.act.ReLU.forward.0"] and tree.nodes[1]["verdict"] == "error"
+    tree.click_node("Module.l2.Linear.forward.0")
+    assert v.state.module == "Module.l2.Linear.forward.0" and v.state.selected == "Module.l2.Linear.forward.0"
+    assert set(v.rows["call"]) == {"Module.l2.Linear.forward.0", "Functional.linear.1.forward"}
+    assert tree.selected == "Module.l2.Linear.forward.0" and "Module.l2.Linear.forward.0" in w["detail"].value
+    w["clear"].click()
+    assert v.state.module == "" and v.n_rows == len(v.table)
+
+
+def test_plain_widgets_without_anywidget(runs):
+    """Without anywidget the shell is plain ipywidgets: a static page, a row picker, the tree as a list."""
+    with mock.patch.object(grid_widget, "_load", lambda: None):
+        v = DumpViewer(runs["statistics"][0], page_size=10)
+        w = (v.widget, v._w)[1]
+    assert "grid" not in w and type(w["call"]).__name__ == "Text"
+    v.set_state(family="Functional")
+    assert "Functional" in w["table"].value
+    pos = w["pick"].options[0][1]
+    w["pick"].value = pos  # choosing a call of the page selects it and opens the detail tab
+    assert v.state.selected == v.table.iloc[v._positions[pos]]["call"] and w["tabs"].selected_index == 1
+    assert v.state.selected in w["detail"].value
+    w["call"].value = "relu"
+    assert set(v.rows["call"]) <= {"Functional.relu.0.forward", "Functional.relu.0.backward"}
+    w["tree"].value = "Module.l1.Linear.forward.0"
+    assert v.state.module == "Module.l1.Linear.forward.0"
+
+
 def test_compare_viewer_widgets(runs):
     v = CompareViewer(runs["tensor"][2])
     w = (v.widget, v._w)[1]
+    assert "first divergence: Functional.relu.0.forward" in w["header"].value
     w["verdict"].value = "warning"
     assert v.state.verdict == "warning" and set(v.rows["result"]) == {"warning"}
     w["verdict"].value = "all"
-    w["goto_div"].click()
-    assert v.state.selected == v.divergence.call and bytes(w["detail_img"].value)[:4] == b"\x89PNG"
+    w["goto_div"].click()  # the grid turns to the divergence and scrolls to it; its detail shows below
+    assert v.state.selected == v.divergence.call and w["tabs"].selected_index == 0
+    assert w["grid"].payload["scroll_to"] >= 0 and v.divergence.call in w["detail"].value
+    w["tabs"].selected_index = 1  # the whole tensors are drawn when the Detail tab shows
+    assert bytes(w["detail_img"].value)[:4] == b"\x89PNG"
     w["tabs"].selected_index = 3
     assert "first divergence" in w["trace"].value or "no trace" in w["trace"].value

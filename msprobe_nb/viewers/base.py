@@ -18,7 +18,8 @@ import pandas as pd
 
 from . import plots as P
 from .detail import Detail
-from .table import cell_styles, render_html
+from .table import cell_styles, grid_columns, page_payload, render_html
+from .tree import TreeNode, module_tree
 from .view_state import TableView, ViewerState
 from .viewer_widgets import ViewerWidgets
 
@@ -38,7 +39,9 @@ class BaseViewer:
         self._table_view = tv = TableView(table, page_size=page_size, metric=self.METRICS[0] if self.METRICS else "")
         self.thresholds = thresholds
         multi = [c for c in ("step", "rank") if c in table.columns and len(tv.ix.uniques(c)) > 1]
-        self.columns = list(columns) if columns else [c for c in multi + self.COLUMNS if c in table.columns]
+        self.columns = list(columns) if columns else grid_columns(multi + self.COLUMNS, table.columns)
+        self._tree: list[TreeNode] | None = None
+        self._scroll = False
         self._detail_key: tuple | None = None
         self._detail: Detail | None = None
         self._shell: ViewerWidgets | None = None
@@ -61,8 +64,9 @@ class BaseViewer:
     def set_state(self, **kw: Any) -> BaseViewer:
         """Change state fields (filters reset the page to 0 unless ``page`` is given); returns self."""
         filt = self._table_view.update(**kw)
+        scroll, self._scroll = self._scroll, False
         if self._shell is not None:
-            self._shell.sync(plots="metric" in kw or "module_by" in kw or filt)
+            self._shell.sync(plots="metric" in kw or "module_by" in kw or filt, scroll=scroll)
         return self
 
     # ------------------------------------------------------------------ table
@@ -114,6 +118,24 @@ class BaseViewer:
         return render_html(page, self.columns, styles, start=s.page * s.page_size, sort_by=s.sort_by,
                            ascending=s.ascending, marked=marked)
 
+    def grid_payload(self, scroll: bool = False) -> dict[str, Any]:
+        """What the data grid draws for the current page (:func:`~msprobe_nb.viewers.table.page_payload`),
+        plus ``page`` and ``scroll_to`` (the first row of the selected call when ``scroll``, else -1)."""
+        s = self.state
+        p = page_payload(self.rows, self.columns, start=s.page * s.page_size, thresholds=self.thresholds,
+                         selected=s.selected, marked=self._mark_call(), sort_by=s.sort_by, ascending=s.ascending)
+        p["page"] = s.page
+        p["scroll_to"] = p["selected"][0] if scroll and p["selected"] else -1
+        p["empty"] = "no rows pass the filters" if self.n_rows == 0 else ""
+        return p
+
+    def model_tree(self) -> list[TreeNode]:
+        """The module calls of the table as a tree, worst verdict per node, the divergence's path marked
+        (:func:`~msprobe_nb.viewers.tree.module_tree`)."""
+        if self._tree is None:
+            self._tree = module_tree(self.table, self._divergence(), self._table_view.ix)
+        return self._tree
+
     def status(self) -> str:
         """One line: rows shown, page, active filters and messages."""
         return self._table_view.status()
@@ -133,6 +155,7 @@ class BaseViewer:
         page = self._table_view.page_of(call, step, rank)
         if page is not None:
             kw["page"] = page
+        self._scroll = True
         return self.set_state(**kw)
 
     @property

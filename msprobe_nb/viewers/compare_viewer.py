@@ -18,7 +18,7 @@ from . import plots as P
 from .base import BaseViewer
 from .detail import Detail, frames_html, parse_frames
 from .table import VERDICTS, cell_styles, render_html
-from .viewer_widgets import ViewerWidgets, opt
+from .viewer_widgets import ViewerWidgets, fixed, opt, toggles_layout
 
 __all__ = ["TRACE_COLUMNS", "CompareViewer", "trace_frame", "trace_html"]
 
@@ -124,12 +124,14 @@ class CompareViewer(BaseViewer):
     ``npu`` / ``bench``: the dumps (default: those the result was computed from) for stacks and tensor plots.
     ``trace``: a randomness trace (DataFrame or trace object); by default ``trace_randomness(result)`` when
     ``msprobe_nb.analysis.provenance`` exists.
+    ``open_at_divergence``: start on the answer: the first divergence selected and its page shown (the
+    header then says where it is, what it flows into and the trace's suggested fix).
     """
 
     METRICS: ClassVar[list[str]] = ["err", "norm_rel", "max_rel", "min_rel", "mean_rel"]
 
     def __init__(self, result: pd.DataFrame, *, npu: Any = None, bench: Any = None, trace: Any = None,
-                 columns: list[str] | None = None, page_size: int = 50):
+                 columns: list[str] | None = None, page_size: int = 50, open_at_divergence: bool = True):
         self.result = result
         ctx = getattr(result, "_ctx", None)
         self.npu = npu if npu is not None else getattr(getattr(ctx, "npu", None), "dump", None)
@@ -149,6 +151,8 @@ class CompareViewer(BaseViewer):
         self.METRICS = [*type(self).METRICS, *(_TENSOR_METRICS if self.mode == "tensor" else [])]
         super().__init__(table, thresholds=getattr(result, "thresholds", None), columns=columns,
                          page_size=page_size)
+        if open_at_divergence and self.divergence is not None:
+            self.goto_divergence()
 
     # ------------------------------------------------------------------ divergence and trace
     @property
@@ -290,10 +294,55 @@ class CompareViewer(BaseViewer):
         parts.append("</span>")
         for n in getattr(self.result, "notes", []) or []:
             parts.append(f"<br><span style='font-size:12px;color:#7d6608'>note: {html.escape(str(n))}</span>")
+        return "".join(parts) + self.answer_html()
+
+    def answer(self) -> dict[str, Any]:
+        """The answer the viewer opens on: the first divergence (``call``, ``step``, ``rank``, ``kind``,
+        ``message``, ``frame``), its enclosing ``modules`` (outermost first), the later calls it flows into
+        (``chain``) and what to do (``advice``: the trace's fixes, else its ``verdict`` message)."""
         d = self.divergence
-        text = str(d) if d is not None else "no divergence: every matched row agrees within tolerance"
-        parts.append(f"<pre style='font-size:12px;margin:2px 0;white-space:pre-wrap'>{html.escape(text)}</pre>")
-        return "".join(parts)
+        if d is None:
+            return {}
+        out: dict[str, Any] = {"call": d.call, "step": d.step, "rank": d.rank, "kind": getattr(d, "kind", ""),
+                               "message": str(getattr(d, "message", "") or ""),
+                               "frame": getattr(d, "frame", None), "frame_source": getattr(d, "frame_source", None),
+                               "modules": list(reversed(list(getattr(d, "modules", []) or []))),
+                               "chain": list(getattr(d, "chain", []) or [])}
+        obj = self._trace_obj()
+        out["advice"] = [str(a) for a in (getattr(obj, "advice", None) or [])] if obj is not None else []
+        out["verdict"] = str(getattr(obj, "message", "") or "") if obj is not None else self._trace_msg
+        return out
+
+    def answer_html(self) -> str:
+        """The answer box at the top: the first divergence, its chain and the suggested fix."""
+        a = self.answer()
+        box = ("<div class='msnb-answer' style='border-left:4px solid {c};background:{bg};padding:6px 10px;"
+               "margin:4px 0;font-size:12px;line-height:1.45;max-width:100%;overflow-wrap:anywhere'>")
+        if not a:
+            return (box.format(c="#3c9a4a", bg="#eef7ee")
+                    + "<b>no divergence</b>: every matched row agrees within tolerance</div>")
+        e = html.escape
+        mods = " › ".join(e(m) for m in a["modules"])
+        where = e(a["frame"]) + (f": <code>{e(a['frame_source'])}</code>" if a["frame_source"] else "") \
+            if a["frame"] else ""
+        chain = a["chain"]
+        flows = (", ".join(e(c) for c in chain[:4]) + (f" … (+{len(chain) - 4} more)" if len(chain) > 4 else "")
+                 if chain else "")
+        lines = [f"<b style='font-size:13px'>first divergence: {e(a['call'])}</b> "
+                 f"<span style='color:#555'>(step {a['step']}, rank {a['rank']})</span>"]
+        if a["message"]:
+            lines.append(e(a["message"]))
+        if mods:
+            lines.append(f"<b>inside</b> {mods}")
+        if where:
+            lines.append(f"<b>at</b> {where}")
+        if flows:
+            lines.append(f"<b>flows into</b> {len(chain)} later call(s): {flows}")
+        for fix in a["advice"]:
+            lines.append(f"<b style='color:#1b5e20'>fix:</b> {e(fix)}")
+        if not a["advice"] and a["verdict"]:
+            lines.append(f"<b>cause:</b> {e(a['verdict'])}")
+        return box.format(c="#c0392b", bg="#fdf2f1") + "<br>".join(lines) + "</div>"
 
     def _extra_filter_widgets(self, shell: ViewerWidgets) -> list:
         import ipywidgets as W
@@ -301,14 +350,17 @@ class CompareViewer(BaseViewer):
         w, ix = shell.w, shell.table_view.ix
         levels = [v for v in VERDICTS if v in ix.uniques("result")] if ix.has("result") else []
         w["verdict"] = W.ToggleButtons(options=["all", *levels], value="all", description="verdict",
-                                       style={"button_width": "auto"})
+                                       style={"button_width": "auto", "description_width": "auto"},
+                                       layout=toggles_layout())
         matches = ix.uniques("match") if ix.has("match") else []
         w["match"] = W.Dropdown(options=["all", *matches], value="all", description="match",
-                                layout=W.Layout(width="14em", display="" if len(matches) > 1 else "none"))
+                                style={"description_width": "auto"},
+                                layout=fixed("13em", display="" if len(matches) > 1 else "none"))
         w["diverges"] = W.Checkbox(value=bool(self.state.diverges), description="diverging rows only",
-                                   indent=False, layout=W.Layout(width="12em"))
+                                   indent=False, layout=fixed("11.5em"))
         w["goto_div"] = W.Button(description="first divergence ▶", disabled=self.divergence is None,
-                                 layout=W.Layout(width="12em"))
+                                 button_style="danger" if self.divergence is not None else "",
+                                 layout=fixed())
 
         shell.bind("verdict", opt)
         shell.bind("match", opt)
@@ -316,7 +368,7 @@ class CompareViewer(BaseViewer):
 
         def goto(_):
             self.goto_divergence()
-            w["tabs"].selected_index = 1
+            w["tabs"].selected_index = 0
 
         w["goto_div"].on_click(goto)
         return [w["verdict"], w["match"], w["diverges"], w["goto_div"]]

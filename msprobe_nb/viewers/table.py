@@ -18,8 +18,9 @@ import pandas as pd
 
 __all__ = [
     "CRITERIA", "DIRECTIONS", "IOS", "VERDICTS", "TableIndex", "cell_flags", "cell_styles", "check_pattern",
-    "derive_direction", "derive_family", "derive_module_path", "filter_mask", "filter_rows", "format_value",
-    "n_pages", "page_rows", "render_html", "sort_rows",
+    "derive_direction", "derive_family", "derive_module_path", "filter_mask", "filter_rows", "format_number",
+    "format_value", "grid_columns", "n_pages", "page_payload", "page_rows", "render_html", "row_verdicts",
+    "sort_rows",
 ]
 
 DIRECTIONS = ("forward", "recompute", "backward", "parameters_grad")
@@ -412,23 +413,117 @@ def cell_styles(page: pd.DataFrame, thresholds: Any = None) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ rendering
-def format_value(v: Any) -> str:
-    """Short text of a cell: floats with 6 significant digits, missing values empty."""
-    if v is None or v is pd.NA:
-        return ""
-    if isinstance(v, (float, np.floating)):
-        if math.isnan(v):
-            return ""
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return f"{v:.6g}"
+#: significant digits of every number the viewers show
+SIGNIFICANT = 4
+
+
+def format_number(v: Any, digits: int = SIGNIFICANT) -> str:
+    """One format for every number: ``digits`` significant digits (``%g``), 0 as ``0``, whole floats as
+    integers (``3.0`` -> ``3``), NaN empty, infinities as ``inf`` / ``-inf``."""
     if isinstance(v, (bool, np.bool_)):
         return "True" if v else "False"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    x = float(v)
+    if math.isnan(x):
+        return ""
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    if x.is_integer() and abs(x) < 10 ** digits:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def format_value(v: Any) -> str:
+    """Short text of a cell: numbers through :func:`format_number`, missing values empty, lists joined."""
+    if v is None or v is pd.NA:
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return "True" if v else "False"
+    if isinstance(v, (float, np.floating, int, np.integer)):
+        return format_number(v)
     if isinstance(v, tuple):
         return "(" + ", ".join(str(x) for x in v) + ("," if len(v) == 1 else "") + ")"
     if isinstance(v, (list, np.ndarray)):
         return "; ".join(str(x) for x in v)
     return str(v)
+
+
+# ------------------------------------------------------------------------------------------ the data grid
+#: columns that say why a row is what it is: shown right after the row's name, in this order
+CAUSE_COLUMNS = ("result", "reasons", "npu_dtype", "bench_dtype", "err")
+#: the columns that may stay frozen at the left of the grid (the first one the table has)
+NAME_COLUMNS = ("name", "call")
+
+
+def grid_columns(columns: list[str], table_columns: Any) -> list[str]:
+    """``columns`` reordered for the grid: the name column (frozen at the left), the cause columns (those the
+    table has: result, reasons, npu_dtype/bench_dtype, err), ``call_index``, then the rest in their order."""
+    have = set(table_columns)
+    cols = [c for c in columns if c in have]
+    name = next((c for c in NAME_COLUMNS if c in cols), None)
+    head = [name] if name else []
+    head += [c for c in CAUSE_COLUMNS if c in have and c not in head]
+    head += [c for c in ("call_index",) if c in cols]
+    return head + [c for c in cols if c not in head]
+
+
+def row_verdicts(page: pd.DataFrame) -> list[str]:
+    """Each row's colour class: ``error`` / ``warning`` / ``pass`` from ``result``, ``unmatched`` for a row
+    one side lacks, ``nan`` for a calls-table row with NaN or inf, else ""."""
+    n = len(page)
+    out = np.full(n, "", dtype=object)
+    if "result" in page.columns:
+        res = page["result"].astype(object).to_numpy()
+        out = np.where(np.isin(res, ["error", "warning", "pass"]), res, out)
+    if "match" in page.columns:
+        um = (page["match"].astype(object).to_numpy() != "matched") & (out != "error") & (out != "warning")
+        out = np.where(um, "unmatched", out)
+    elif "result" not in page.columns:
+        bad = np.zeros(n, dtype=bool)
+        for c in ("nan_count", "posinf_count", "neginf_count"):
+            if c in page.columns:
+                bad |= pd.to_numeric(page[c], errors="coerce").fillna(0).to_numpy(dtype=float) > 0
+        for c in ("max", "min", "mean", "norm"):
+            if c in page.columns:
+                bad |= np.isinf(pd.to_numeric(page[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan))
+        out = np.where(bad, "nan", out)
+    return [str(x) for x in out]
+
+
+def page_payload(page: pd.DataFrame, columns: list[str], *, start: int = 0, thresholds: Any = None,
+                 selected: str | None = None, marked: str | None = None, sort_by: str | None = None,
+                 ascending: bool = True, frozen: str | None = None) -> dict[str, Any]:
+    """What the data grid draws for one page, as plain JSON-able data (no widgets).
+
+    ``columns``: [{key, num, frozen}]; ``rows``: the cells as text (:func:`format_value`); ``pos``: each
+    row's position in the filtered, sorted view (the ``#`` column); ``verdict``: :func:`row_verdicts`;
+    ``flags``: per row, the indices of the cells beyond a threshold; ``selected`` / ``marked``: indices of the
+    rows of the selected call / of the first divergence; ``sort``: [column, ascending] or None.
+    """
+    cols = [c for c in columns if c in page.columns]
+    frozen = frozen if frozen in cols else next((c for c in NAME_COLUMNS if c in cols), None)
+    num = {c for c in cols if pd.api.types.is_numeric_dtype(page[c].dtype)
+           and not pd.api.types.is_bool_dtype(page[c].dtype)}
+    fl = cell_flags(page, thresholds)[cols].to_numpy(dtype=bool)
+    if "result" in cols:  # the verdict cell has its own colour (see grid_widget.GRID_CSS)
+        fl[:, cols.index("result")] = False
+    data = [[format_value(x) for x in page[c].to_numpy(dtype=object)] for c in cols]
+    rows = [list(r) for r in zip(*data)] if cols else [[] for _ in range(len(page))]
+    calls = page["call"].astype(object).to_numpy() if "call" in page.columns else np.full(len(page), None)
+    return {
+        "columns": [{"key": c, "num": c in num, "frozen": c == frozen} for c in cols],
+        "rows": rows,
+        "pos": list(range(start, start + len(page))),
+        "verdict": row_verdicts(page),
+        "flags": [np.flatnonzero(r).tolist() for r in fl],
+        "result_col": cols.index("result") if "result" in cols else -1,
+        "selected": np.flatnonzero(calls == selected).tolist() if selected else [],
+        "marked": np.flatnonzero(calls == marked).tolist() if marked else [],
+        "sort": [sort_by, bool(ascending)] if sort_by else None,
+    }
 
 
 _TABLE_CSS = ("<style>.msnb-t{border-collapse:collapse;font:12px monospace}"

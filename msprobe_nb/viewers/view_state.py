@@ -17,7 +17,7 @@ import pandas as pd
 
 from .table import CRITERIA, TableIndex, n_pages
 
-__all__ = ["FILTER_KEYS", "SORT_KEYS", "STATE_FIELDS", "TableView", "ViewerState"]
+__all__ = ["FILTER_KEYS", "SORT_KEYS", "STATE_FIELDS", "TableView", "ViewerState", "next_sort"]
 
 
 @dataclass
@@ -50,6 +50,17 @@ class ViewerState:
     def filters(self) -> dict[str, Any]:
         """The filter criteria, as :func:`~msprobe_nb.viewers.table.filter_rows` takes them."""
         return {k: getattr(self, k) for k in (*CRITERIA, "regex")}
+
+
+def next_sort(sort_by: str | None, ascending: bool, column: str) -> tuple[str | None, bool]:
+    """The sort after a click on ``column``'s header: ascending, then descending, then execution order."""
+    if not column or column == "#":
+        return None, True
+    if sort_by != column:
+        return column, True
+    if ascending:
+        return column, False
+    return None, True
 
 
 FILTER_KEYS = frozenset((*CRITERIA, "regex"))

@@ -5,10 +5,16 @@ back into every widget (with the observers muted while it does). The shell holds
 beyond what is drawn: the viewer (a :class:`~msprobe_nb.viewers.base.BaseViewer`) and its
 :class:`~msprobe_nb.viewers.view_state.TableView` are the truth.
 
+Where anywidget is installed (:mod:`msprobe_nb.viewers.grid_widget`), the table is a data grid (a click on
+a row selects its call and shows its detail below; a click on a header sorts), the call filter applies as
+you type, and a model tree beside the grid filters it to a module. Without anywidget the shell falls back to
+plain ipywidgets: a static HTML page, a row picker, a sort menu, a filter applied on Enter and the tree as a
+list. Both are laid out in wrapping rows, so nothing is cut at 900 px.
+
 A viewer adds widgets of its own through its hooks: ``_extra_filter_widgets(shell)`` (widgets for the
-third filter row, stored in ``shell.w``), ``_extra_state_widgets()`` (names of those that mirror a state
-field of the same name), ``_sync_extra(shell)``, ``_extra_tabs(shell)`` (``(title, widget)`` pairs after
-Table, Detail and Plots) and ``_on_tab(index)``.
+filter row, stored in ``shell.w``), ``_extra_state_widgets()`` (names of those that mirror a state field
+of the same name), ``_sync_extra(shell)``, ``_extra_tabs(shell)`` (``(title, widget)`` pairs after Table,
+Detail and Plots) and ``_on_tab(index)``.
 """
 from __future__ import annotations
 
@@ -16,16 +22,20 @@ import html
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import grid_widget as G
 from . import plots as P
 from .table import DIRECTIONS, IOS
+from .tree import divergence_path, tree_payload, visible_nodes, walk
+from .view_state import next_sort
 
 if TYPE_CHECKING:
     from .base import BaseViewer
     from .view_state import TableView
 
-__all__ = ["PAGE_SIZES", "ViewerWidgets", "opt"]
+__all__ = ["PAGE_SIZES", "ViewerWidgets", "fixed", "opt", "toggles_layout", "wrap_row"]
 
 PAGE_SIZES = (25, 50, 100, 200, 500)
+_TREE_GLYPH = {"error": "●", "warning": "◐", "nan": "◐", "unmatched": "○", "pass": "·", "": " "}
 
 
 def opt(v: Any) -> Any:
@@ -45,14 +55,39 @@ def _one(v: Any) -> str:
     return "all" if v is None or v == "" else str(v)
 
 
+def fixed(width: str = "auto", **kw: Any):
+    """A layout that keeps its widget whole in a wrapping row (never shrunk, never wrapped inside)."""
+    import ipywidgets as W
+
+    return W.Layout(**{"width": width, "flex": "0 0 auto", "margin": "2px 10px 2px 0", **kw})
+
+
+def toggles_layout():
+    """A toggle-button group's layout: its label and its buttons on one line, kept whole."""
+    return fixed(display="flex", align_items="center")
+
+
+def wrap_row(children: list, **kw: Any):
+    """A row that wraps its widgets onto the next line when the page is narrow."""
+    import ipywidgets as W
+
+    return W.Box(children, layout=W.Layout(**{"display": "flex", "flex_flow": "row wrap", "align_items": "center",
+                                              "max_width": "100%", **kw}))
+
+
 class ViewerWidgets:
-    """The widgets of ``viewer`` by name (:attr:`w`) in one box (:attr:`box`), mirroring its state."""
+    """The widgets of ``viewer`` by name (:attr:`w`) in one box (:attr:`box`), mirroring its state.
+
+    :attr:`grid` is the data grid (None in the plain-ipywidgets fallback), :attr:`tree` the model tree.
+    """
 
     def __init__(self, viewer: BaseViewer, table_view: TableView):
         self.viewer = viewer
         self.table_view = table_view
         self.w: dict[str, Any] = {}
         self.syncing = False  #: True while :meth:`sync` writes the widgets (their observers then do nothing)
+        self.grid = None
+        self.tree = None
         self.box = self._build()
 
     # ------------------------------------------------------------------ wiring
@@ -69,63 +104,91 @@ class ViewerWidgets:
 
         v, tv, w = self.viewer, self.table_view, self.w
         s, ix, lay = v.state, tv.ix, W.Layout
-        w["header"] = W.HTML(v._header_html())
-        w["call"] = W.Text(value=s.call, placeholder="call name contains…", description="call",
-                           continuous_update=False, layout=lay(width="28em"))
-        w["regex"] = W.Checkbox(value=s.regex, description="regex", indent=False, layout=lay(width="6em"))
+        auto = {"description_width": "auto"}
+        self.grid = G.data_grid(layout=lay(width="100%", min_width="0"))
+        w["header"] = W.HTML(v._header_html(), layout=lay(max_width="100%"))
+        live = G.live_text(value=s.call, description="call", placeholder="call name contains… (or a regex)",
+                           hint="filters as you type", layout=fixed("auto", min_width="18em"))
+        if live is not None:
+            live.layout.flex = "1 1 22em"
+            live.layout.max_width = "34em"
+            w["call"] = live
+        else:
+            w["call"] = W.Text(value=s.call, placeholder="call name contains… then Enter", description="call",
+                               continuous_update=False, style=auto, layout=fixed("24em"))
+        w["regex"] = W.Checkbox(value=s.regex, description="regex", indent=False, layout=fixed("5.5em"))
         fams = ix.uniques("family")
-        w["family"] = W.Dropdown(options=["all", *fams], value="all", description="family",
-                                 layout=lay(width="14em"))
+        w["family"] = W.Dropdown(options=["all", *fams], value="all", description="family", style=auto,
+                                 layout=fixed("13em"))
         w["module"] = W.Combobox(value=s.module, options=ix.module_choices()[:5000], ensure_option=False,
-                                 placeholder="module path or call", description="module",
-                                 continuous_update=False, layout=lay(width="24em"))
+                                 placeholder="module path or call, Enter", description="module",
+                                 continuous_update=False, style=auto, layout=fixed("20em"))
         w["direction"] = W.ToggleButtons(options=["all", *[d for d in DIRECTIONS if d in ix.uniques(
-            "direction")]], value="all", description="direction", style={"button_width": "auto"})
+            "direction")]], value="all", description="direction", style={"button_width": "auto", **auto},
+            layout=toggles_layout())
         w["io"] = W.ToggleButtons(options=["all", *[i for i in IOS if i in ix.uniques("io")]], value="all",
-                                  description="io", style={"button_width": "auto"})
+                                  description="io", style={"button_width": "auto", **auto}, layout=toggles_layout())
         w["step"] = W.Dropdown(options=["all", *[str(x) for x in ix.uniques("step")]], value="all",
-                               description="step", layout=lay(width="10em"))
+                               description="step", style=auto, layout=fixed("8em"))
         w["rank"] = W.Dropdown(options=["all", *[str(x) for x in ix.uniques("rank")]], value="all",
-                               description="rank", layout=lay(width="10em"))
+                               description="rank", style=auto, layout=fixed("8em"))
+        for k in ("step", "rank"):
+            if len(w[k].options) <= 2:
+                w[k].layout.display = "none"  # one step, one rank: nothing to choose
+        w["clear"] = W.Button(description="clear filters", icon="times", layout=fixed())
         extra = v._extra_filter_widgets(self)
-        w["status"] = W.HTML()
+        w["status"] = W.HTML(layout=lay(max_width="100%"))
         cols = [c for c in tv.table.columns if c not in ("reasons", "tensor_messages")]
         w["sort_by"] = W.Dropdown(options=[("execution order", "")] + [(c, c) for c in cols], value="",
-                                  description="sort", layout=lay(width="18em"))
+                                  description="sort", style=auto, layout=fixed("16em"))
         w["ascending"] = W.ToggleButton(value=not s.ascending, description="descending", icon="sort",
-                                        layout=lay(width="9em"))
+                                        layout=fixed())
         w["page_size"] = W.Dropdown(options=sorted({*PAGE_SIZES, s.page_size}), value=s.page_size,
-                                    description="rows/page", layout=lay(width="12em"))
-        w["prev"] = W.Button(description="◀ prev", layout=lay(width="6em"))
-        w["next"] = W.Button(description="next ▶", layout=lay(width="6em"))
-        w["page"] = W.BoundedIntText(value=s.page + 1, min=1, max=tv.n_pages, description="page",
-                                     layout=lay(width="10em"))
-        w["table"] = W.HTML(layout=lay(max_height="34em", overflow="auto"))
-        w["pick"] = W.Dropdown(options=[], description="select", layout=lay(width="40em"))
-        w["pick_text"] = W.Text(placeholder="or type a call name, Enter", continuous_update=False,
-                                layout=lay(width="28em"))
-        w["detail"] = W.HTML()
-        w["detail_row"] = W.Dropdown(options=[], description="tensor", layout=lay(width="40em", display="none"))
-        w["detail_img"] = W.Image(format="png", layout=lay(display="none"))
+                                    description="rows/page", style=auto, layout=fixed("11em"))
+        w["prev"] = W.Button(description="◀ prev", layout=fixed())
+        w["next"] = W.Button(description="next ▶", layout=fixed())
+        w["page"] = W.BoundedIntText(value=s.page + 1, min=1, max=tv.n_pages, description="page", style=auto,
+                                     layout=fixed("8em"))
+        w["pick_text"] = W.Text(placeholder="go to a call by name, Enter", continuous_update=False,
+                                layout=fixed("18em"))
+        w["detail"] = W.HTML(layout=lay(max_width="100%", overflow="auto"))
+        w["detail_row"] = W.Dropdown(options=[], description="tensor", style=auto,
+                                     layout=lay(width="auto", max_width="100%", display="none"))
+        w["detail_img"] = W.Image(format="png", layout=lay(display="none", max_width="100%"))
         w["metric"] = W.Dropdown(options=[m for m in v.METRICS if m in tv.table.columns] or [s.metric],
                                  value=s.metric if s.metric in tv.table.columns else None,
-                                 description="metric", layout=lay(width="16em"))
+                                 description="metric", style=auto, layout=fixed("14em"))
         w["module_by"] = W.ToggleButtons(options=[("by module path", "module"), ("by module call", "parent")],
-                                         value=s.module_by, style={"button_width": "auto"})
-        w["plot_order"] = W.Image(format="png")
-        w["plot_module"] = W.Image(format="png")
+                                         value=s.module_by, style={"button_width": "auto"},
+                                         layout=toggles_layout())
+        w["plot_order"] = W.Image(format="png", layout=lay(max_width="100%"))
+        w["plot_module"] = W.Image(format="png", layout=lay(max_width="100%"))
         w["plot_msg"] = W.HTML()
 
-        filt_row1 = W.HBox([w["call"], w["regex"], w["family"], w["module"]])
-        filt_row2 = W.HBox([w["direction"], w["io"]])
-        filt_row3 = W.HBox([w["step"], w["rank"], *extra])
-        nav = W.HBox([w["sort_by"], w["ascending"], w["page_size"], w["prev"], w["page"], w["next"]])
-        table_tab = W.VBox([nav, w["table"], W.HBox([w["pick"], w["pick_text"]])])
+        # the table: a data grid, or (fallback) a static page, a sort menu and a row picker
+        if self.grid is not None:
+            w["grid"] = self.grid
+            self.grid.handlers["row"] = lambda c: self.on_row(int(c["pos"]))
+            self.grid.handlers["sort"] = lambda c: self.on_header(str(c.get("column") or ""))
+            nav = wrap_row([w["prev"], w["page"], w["next"], w["page_size"], w["pick_text"]])
+            table_widget = self.grid
+        else:
+            w["table"] = W.HTML(layout=lay(max_height="34em", overflow="auto", width="100%"))
+            w["pick"] = W.Dropdown(options=[], description="select", style=auto,
+                                   layout=fixed("32em", max_width="100%"))
+            nav = wrap_row([w["sort_by"], w["ascending"], w["page_size"], w["prev"], w["page"], w["next"],
+                            w["pick"], w["pick_text"]])
+            table_widget = w["table"]
+        tree_box = self._build_tree(W)
+        grid_box = W.VBox([nav, table_widget], layout=lay(flex="1 1 520px", min_width="0", max_width="100%"))
+        main = wrap_row([tree_box, grid_box], align_items="flex-start") if tree_box is not None else grid_box
+        w["detail_here"] = W.VBox([w["detail"]], layout=lay(border_top="1px solid #ddd", margin="6px 0 0 0"))
+        table_tab = W.VBox([main, w["detail_here"]])
         detail_tab = W.VBox([w["detail"], w["detail_row"], w["detail_img"]])
-        plot_tab = W.VBox([W.HBox([w["metric"], w["module_by"]]), w["plot_msg"], w["plot_order"],
+        plot_tab = W.VBox([wrap_row([w["metric"], w["module_by"]]), w["plot_msg"], w["plot_order"],
                            w["plot_module"]])
         tabs = [("Table", table_tab), ("Detail", detail_tab), ("Plots", plot_tab), *v._extra_tabs(self)]
-        w["tabs"] = W.Tab(children=[t for _, t in tabs], titles=[n for n, _ in tabs])
+        w["tabs"] = W.Tab(children=[t for _, t in tabs], titles=[n for n, _ in tabs], layout=lay(max_width="100%"))
         w["plots_drawn"] = False
 
         self.bind("call", str)
@@ -142,18 +205,19 @@ class ViewerWidgets:
         self.bind("page", lambda x: int(x) - 1)
         w["prev"].on_click(lambda _: v.prev_page())
         w["next"].on_click(lambda _: v.next_page())
+        w["clear"].on_click(lambda _: self.clear_filters())
 
-        def on_pick(c):
-            if not self.syncing and c["new"] is not None:
-                v.select_row(int(c["new"]))
-                w["tabs"].selected_index = 1
+        if "pick" in w:
+            def on_pick(c):
+                if not self.syncing and c["new"] is not None:
+                    v.select_row(int(c["new"]))
+                    w["tabs"].selected_index = 1
 
-        w["pick"].observe(on_pick, names="value")
+            w["pick"].observe(on_pick, names="value")
 
         def on_pick_text(c):
             if not self.syncing and c["new"].strip():
                 v.goto(c["new"].strip())
-                w["tabs"].selected_index = 1
 
         w["pick_text"].observe(on_pick_text, names="value")
         w["detail_row"].observe(lambda c: None if self.syncing or c["new"] is None
@@ -162,12 +226,69 @@ class ViewerWidgets:
         self.bind("module_by", str)
 
         def on_tab(c):
+            if c["new"] == 1:
+                self.draw_detail_figure()
             if c["new"] == 2 and not w["plots_drawn"]:
                 self.draw_plots()
             v._on_tab(c["new"])
 
         w["tabs"].observe(on_tab, names="selected_index")
-        return W.VBox([w["header"], filt_row1, filt_row2, filt_row3, w["status"], w["tabs"]])
+        filters = wrap_row([w["call"], w["regex"], w["family"], w["module"], w["direction"], w["io"], w["step"],
+                            w["rank"], *extra, w["clear"]])
+        for name, cls in (("detail", "msnb-detail"), ("status", "msnb-status"), ("tabs", "msnb-tabs"),
+                          ("header", "msnb-header")):
+            w[name].add_class(cls)
+        filters.add_class("msnb-filters")
+        box = W.VBox([w["header"], filters, w["status"], w["tabs"]],
+                     layout=lay(width="100%", max_width="100%", overflow="hidden"))
+        box.add_class("msnb-viewer")
+        return box
+
+    def _build_tree(self, W):
+        """The model tree beside the grid (None when the table has no module calls)."""
+        v, w = self.viewer, self.w
+        nodes = v.model_tree()
+        if not nodes:
+            return None
+        opened = divergence_path(nodes)
+        self.tree = G.tree_view(nodes=tree_payload(nodes), expanded=opened, layout=W.Layout(width="100%"))
+        if self.tree is not None:
+            w["tree"] = self.tree
+            self.tree.handlers["node"] = lambda c: self.on_node(str(c["id"]))
+            body = self.tree
+        else:  # a list: the path to the divergence open, the rest folded
+            shown = visible_nodes(nodes, set(opened) | {n.call for n in nodes})
+            opts = [("  " * n.depth + f"{_TREE_GLYPH.get(n.verdict, ' ')} {n.label}", n.call) for n in shown]
+            w["tree"] = W.Select(options=opts, value=None, rows=min(16, max(4, len(opts))),
+                                 layout=W.Layout(width="100%"))
+            w["tree"].observe(lambda c: None if self.syncing or c["new"] is None else self.on_node(c["new"]),
+                              names="value")
+            body = w["tree"]
+        n_mod = sum(1 for _ in walk(nodes))
+        title = W.HTML(f"<b>model</b> <span style='font-size:11px;color:#666'>{n_mod} module calls · "
+                       "click one to show its calls</span>")
+        return W.VBox([title, body], layout=W.Layout(flex="0 1 330px", min_width="220px", max_width="100%",
+                                                     margin="0 12px 6px 0"))
+
+    # ------------------------------------------------------------------ events from the browser
+    def on_row(self, pos: int) -> None:
+        """A click on the grid's row ``pos``: select its call (the detail below and in Detail follows)."""
+        if 0 <= pos < self.table_view.n_rows:
+            self.viewer.select_row(pos)
+
+    def on_header(self, column: str) -> None:
+        """A click on a header: sort by it (ascending, descending, then execution order again)."""
+        s = self.viewer.state
+        by, asc = next_sort(s.sort_by, s.ascending, column)
+        self.viewer.set_state(sort_by=by, ascending=asc, page=0)
+
+    def on_node(self, call: str) -> None:
+        """A click on a tree node: the grid shows that module call's subtree, the detail that call."""
+        self.viewer.set_state(module=call, selected=call, selected_step=None, selected_rank=None, page=0)
+
+    def clear_filters(self) -> None:
+        self.viewer.set_state(call="", regex=False, family=None, module="", direction=None, io=None, step=None,
+                              rank=None, verdict=None, match=None, diverges=None)
 
     # ------------------------------------------------------------------ drawing
     def draw_plots(self) -> None:
@@ -181,8 +302,11 @@ class ViewerWidgets:
             w["plot_msg"].value = f"<p style='color:#c0392b'>cannot plot: {html.escape(str(e))}</p>"
         w["plots_drawn"] = True
 
-    def sync(self, plots: bool) -> None:
-        """Mirror the viewer's state into the widgets (no observer runs while this does)."""
+    def sync(self, plots: bool, scroll: bool = False) -> None:
+        """Mirror the viewer's state into the widgets (no observer runs while this does).
+
+        ``scroll``: bring the selected call's rows into view in the grid (after a go-to).
+        """
         w, v, tv = self.w, self.viewer, self.table_view
         s = v.state
         self.syncing = True
@@ -201,18 +325,24 @@ class ViewerWidgets:
             w["page"].value = s.page + 1
             w["prev"].disabled = s.page <= 0
             w["next"].disabled = s.page >= tv.n_pages - 1
-            w["status"].value = f"<span style='font-size:12px'>{html.escape(v.status())}</span>"
-            w["table"].value = v.html()
-            pos = tv.page_positions()
-            calls = tv.table["call"].to_numpy(dtype=object)[pos] if len(pos) else []
-            start = s.page * s.page_size
-            seen, opts = set(), []
-            for i, c in enumerate(calls):
-                if c not in seen:
-                    seen.add(c)
-                    opts.append((f"#{start + i}  {c}", start + i))
-            w["pick"].options = opts
-            w["pick"].value = None
+            hint = " · click a row for its detail, a header to sort" if self.grid is not None else ""
+            w["status"].value = f"<span style='font-size:12px'>{html.escape(v.status())}{hint}</span>"
+            if self.grid is not None:
+                self.grid.payload = v.grid_payload(scroll=scroll)
+            else:
+                w["table"].value = v.html()
+                pos = tv.page_positions()
+                calls = tv.table["call"].to_numpy(dtype=object)[pos] if len(pos) else []
+                start = s.page * s.page_size
+                seen, opts = set(), []
+                for i, c in enumerate(calls):
+                    if c not in seen:
+                        seen.add(c)
+                        opts.append((f"#{start + i}  {c}", start + i))
+                w["pick"].options = opts
+                w["pick"].value = None
+            if self.tree is not None:
+                self.tree.selected = s.module if s.module.startswith("Module.") else ""
             if s.metric and s.metric in w["metric"].options:
                 w["metric"].value = s.metric
             w["module_by"].value = s.module_by
@@ -234,23 +364,36 @@ class ViewerWidgets:
         w["detail_key"] = key
         d = v.selected
         if d is None:
-            msg = "select a call in the Table tab" if not s.selected else f"no call {s.selected!r} in this table"
-            w["detail"].value = f"<p>{html.escape(msg)}</p>"
+            msg = ("click a row of the table to see its call's inputs, outputs and stack" if not s.selected
+                   else f"no call {s.selected!r} in this table")
+            w["detail"].value = f"<p style='color:#555'>{html.escape(msg)}</p>"
             w["detail_row"].layout.display = "none"
             w["detail_img"].layout.display = "none"
             return
         w["detail"].value = d.html
+        w["detail_img_key"] = None
         if d.tensor_rows:
             w["detail_row"].options = d.tensor_rows
             w["detail_row"].value = s.detail_row if s.detail_row in d.tensor_rows else d.tensor_rows[0]
             w["detail_row"].layout.display = ""
-            try:
-                fig = v.detail_figure(w["detail_row"].value)
-                w["detail_img"].value = P.figure_png(fig) if fig is not None else b""
-                w["detail_img"].layout.display = "" if fig is not None else "none"
-            except Exception as e:  # noqa: BLE001 - a missing tensor file must not break the pane
-                w["detail"].value = d.html + f"<p style='color:#c0392b'>cannot plot: {html.escape(str(e))}</p>"
-                w["detail_img"].layout.display = "none"
+            if w["tabs"].selected_index == 1:
+                self.draw_detail_figure()
         else:
             w["detail_row"].layout.display = "none"
+            w["detail_img"].layout.display = "none"
+
+    def draw_detail_figure(self) -> None:
+        """The selected call's whole tensors (tensor mode), drawn when the Detail tab shows (~0.3 s)."""
+        w, v = self.w, self.viewer
+        d = v.selected
+        key = w.get("detail_key")
+        if d is None or not d.tensor_rows or w.get("detail_img_key") == key:
+            return
+        w["detail_img_key"] = key
+        try:
+            fig = v.detail_figure(w["detail_row"].value)
+            w["detail_img"].value = P.figure_png(fig) if fig is not None else b""
+            w["detail_img"].layout.display = "" if fig is not None else "none"
+        except Exception as e:  # noqa: BLE001 - a missing tensor file must not break the pane
+            w["detail"].value = d.html + f"<p style='color:#c0392b'>cannot plot: {html.escape(str(e))}</p>"
             w["detail_img"].layout.display = "none"
