@@ -1,4 +1,4 @@
-"""The demo: seed 003's NPU-vs-GPU story on one machine, end to end in a few seconds.
+"""The demo: an NPU run and a GPU run of one diffusion training step disagree, replayed on one machine.
 
 A diffusion-style training step draws its timesteps with ``torch.randint`` and its noise with
 ``torch.rand_like`` on the model's device. Two machines with the same seed draw different numbers from
@@ -24,7 +24,7 @@ EMULATED_DEVICE_SEEDS = {"npu": 1, "bench": 2}
 
 
 class Denoiser(nn.Module):
-    """A small noise-prediction model with the two device-side draws of seed 003."""
+    """A small noise-prediction model with two device-side draws (a randint for the timesteps, a rand_like)."""
 
     def __init__(self, dim: int = 16, steps: int = 50, hidden: int = 32):
         super().__init__()
