@@ -347,3 +347,31 @@ def test_a_kill_while_the_file_is_created_leaves_no_rank_file_behind(tmp_path):
     errors, dbg = _record(path, 2)
     assert not errors and dbg.dump_dir == path
     assert mp.load(path).steps == [0, 1] and sorted(p.name for p in path.iterdir()) == ["rank0.h5"]
+
+
+def test_layout_3_files_still_read(tmp_path):
+    """Files of layout 3 (the same tails, index rows without ``flags``) read as they did."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS, INDEX_FIELDS_V3
+
+    with DumpWriter(tmp_path / "d", meta={"task": "tensor"}) as w:
+        for s in range(3):
+            n = 3000 * s + 5  # crossing the calls chunk (4096 rows)
+            w.write_step(s, {"name": [f"s{s}.n{k}" for k in range(n)], "numel": list(range(n))},
+                         tensors={f"t{s}": torch.arange(s + 1)})
+    want = mp.load(tmp_path / "d")
+    f = tmp_path / "d" / "rank0.h5"
+    with h5py.File(f, "r+") as h:
+        rows = h["index/steps"][()]
+        del h["index/steps"]
+        keep = [INDEX_FIELDS.index(k) for k in INDEX_FIELDS_V3]
+        ds = h.create_dataset("index/steps", data=rows[:, keep], maxshape=(None, len(keep)), chunks=(256, len(keep)))
+        ds.attrs["fields"] = json.dumps(INDEX_FIELDS_V3)
+        h.attrs["layout_version"] = 3
+    got = mp.load(tmp_path / "d")
+    pd.testing.assert_frame_equal(got.calls, want.calls)
+    assert got.steps == [0, 1, 2] and np.array_equal(got.load_tensor("t2", 2, 0), torch.arange(3))

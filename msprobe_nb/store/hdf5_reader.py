@@ -325,18 +325,19 @@ class _Tails:
     def __init__(self, f: h5py.File) -> None:
         self.f = f
         self.layout = f.attrs.get("layout_version")
+        self.records = self.layout not in (1, 2)  # layouts 3 and later: one tail of packed records per group
         self._slots: dict[tuple[str, int], Any] = {}
         self._located: dict[str, tuple[h5py.Dataset, Any]] = {}  # path -> _locate(path)
 
     def chunk(self, path: str) -> int:
         """Rows per chunk of ``path``'s group, from its tail."""
         tail, _ = self._locate(path)
-        return tail.shape[1] if self.layout == LAYOUT_VERSION else tail.shape[-1]
+        return tail.shape[1] if self.records else tail.shape[-1]
 
     def rows(self, path: str, slot: int, lo: int, hi: int) -> np.ndarray:
         """Rows ``lo:hi`` of ``path`` in tail slot ``slot``."""
         tail, where = self._locate(path)
-        if self.layout == LAYOUT_VERSION:
+        if self.records:
             key = (tail.name, slot)
             if key not in self._slots or len(self._slots[key]) < hi:
                 raw = np.ascontiguousarray(tail[slot, :hi])
