@@ -329,6 +329,63 @@ def test_errors_summed_per_module(runs):
     assert P.module_errors(t).loc[0, "n_inf"] == 1  # inf is counted, not summed
 
 
+def test_metric_line_breaks_at_gaps(runs):
+    x, y = P.gapped(np.array([0, 1, 2, 5, 6]), np.array([1.0, np.nan, 3.0, 4.0, 5.0]))
+    assert np.isnan(y[1]) and np.isnan(y[3]) and x[3] == 4.5 and len(x) == 6  # NaN breaks, a gap too
+    r = runs["statistics"][2]
+    fig = P.metric_along_order(r[r["call"] != "Functional.relu.0.forward"], "err")
+    line = fig.axes[0].lines[0]
+    xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert np.isnan(ys).any()  # the left-out call is a break, not a segment from call 2 to call 4
+    seg = np.flatnonzero(np.isnan(ys))
+    assert any(xs[i - 1] < 3 < xs[i + 1] for i in seg if 0 < i < len(xs) - 1)
+
+
+def _layers(n_layers: int) -> pd.DataFrame:
+    """A compare-like table of an ``n_layers`` transformer: embed, layers.i.{attn,mlp}, head."""
+    rows, ci = [], 0
+
+    def mod(path, cls, parent):
+        return f"Module.{path}.{cls}.forward.0", parent
+
+    plan = [("embed", "Embedding", None)] + [(f"layers.{i}", "Block", None) for i in range(n_layers)] + [
+        ("head", "Linear", None)]
+    for path, cls, _ in plan:
+        call, _ = mod(path, cls, "")
+        rows.append((ci, call, "", 0.0))
+        ci += 1
+        subs = [("attn", "Attention"), ("mlp", "MLP")] if path.startswith("layers.") else [(None, None)]
+        for sub, scls in subs:
+            parent = call
+            if sub:
+                scall = f"Module.{path}.{sub}.{scls}.forward.0"
+                rows.append((ci, scall, call, 0.0))
+                ci += 1
+                parent = scall
+            rows.append((ci, f"Functional.op.{ci}.forward", parent, 0.01 * ci))
+            ci += 1
+    t = pd.DataFrame(rows, columns=["call_index", "call", "parent", "err"])
+    return t.assign(step=0, rank=0, name=t["call"] + ".output.0", io="output")
+
+
+def test_module_bars_in_model_order_at_45_layers():
+    t = _layers(45)
+    m = P.module_errors_tree(t, "err")
+    assert m["module"].tolist() == ["embed", *[f"layers.{i}" for i in range(45)], "head"]  # one bar per layer
+    assert m.attrs["depth"] == 2 and m.attrs["max_depth"] == 3
+    l3 = t["parent"].str.startswith("Module.layers.3.") & ~t["call"].str.startswith("Module.")
+    assert np.isclose(m.set_index("module").loc["layers.3", "sum"], t.loc[l3, "err"].sum())
+    fig = P.errors_by_module(t, "err")
+    ax = fig.axes[0]
+    labels = [x.get_text() for x in ax.get_yticklabels()]
+    assert labels[0] == "embed" and labels[1] == "layers.0" and labels[-1] == "head" and len(ax.patches) == 47
+    assert fig.get_size_inches()[1] >= 0.2 * 47 and min(x.get_fontsize() for x in ax.get_yticklabels()) >= 7
+    small = P.module_errors_tree(_layers(3), "err")
+    assert small.attrs["depth"] == 3 and "layers.1.attn" in set(small["module"])  # small models: every module
+    by_call = P.module_errors_tree(t, "err", by="parent")
+    assert by_call["module"].iloc[1] == "Module.layers.0.Block.forward.0" and len(by_call) == 47
+
+
 def test_tensor_diff_handles_shapes_and_1d():
     fig = P.tensor_diff(torch.zeros(3), torch.zeros(4), "x")
     assert "shapes differ" in fig.axes[0].texts[0].get_text()

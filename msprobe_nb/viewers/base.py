@@ -194,8 +194,8 @@ class BaseViewer:
         return P.metric_along_order(self._table_view.filtered_table(), metric, self._divergence(),
                                     thresholds=self.thresholds)
 
-    def module_figure(self, metric: str | None = None, by: str | None = None, top: int = 20):
-        """``metric`` summed per module of the filtered rows."""
+    def module_figure(self, metric: str | None = None, by: str | None = None, top: int = 60):
+        """``metric`` summed per module of the filtered rows, in model order (at most ``top`` bars)."""
         metric = metric or self.state.metric or (self.METRICS[0] if self.METRICS else "")
         return P.errors_by_module(self._table_view.filtered_table(), metric, by or self.state.module_by, top)
 

@@ -1,11 +1,12 @@
 """Matplotlib figures for the viewers (plain ``Figure`` objects, no pyplot state).
 
 * :func:`metric_along_order`: a metric per call along execution order, the first divergence marked;
-* :func:`errors_by_module`: errors summed per enclosing module (or module call), as bars;
+* :func:`errors_by_module`: errors summed per module (or module call) in model order, as bars;
 * :func:`tensor_diff`: where two whole tensors differ (histogram of errors, heat map of ``|npu - bench|``);
 * :func:`tensor_values`: one whole tensor (histogram, heat map of ``|x|``).
 
-The data behind each chart is available as a DataFrame (:func:`metric_series`, :func:`module_errors`).
+The data behind each chart is available as a DataFrame (:func:`metric_series`, :func:`module_errors`,
+:func:`module_errors_tree`).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from matplotlib.figure import Figure
 
 from .table import derive_family, derive_module_path, metric_rules
 
-__all__ = ["DIVERGENCE_GID", "errors_by_module", "figure_png", "metric_along_order", "metric_series",
-           "module_errors", "tensor_diff", "tensor_values"]
+__all__ = ["DIVERGENCE_GID", "errors_by_module", "figure_png", "gapped", "metric_along_order", "metric_series",
+           "module_errors", "module_errors_tree", "tensor_diff", "tensor_values"]
 
 #: ``gid`` of the vertical line marking the first divergence (tests and callers can find it)
 DIVERGENCE_GID = "first-divergence"
@@ -93,6 +94,17 @@ def metric_series(table: pd.DataFrame, metric: str = "err", step: int | None = N
     return out
 
 
+def gapped(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x``, ``y`` with a NaN point wherever ``x`` skips (a call the filters or the metric left out), so
+    that a line drawn through them breaks there instead of joining across the gap; NaN ``y`` breaks it too."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return x, y
+    gap = np.flatnonzero(np.diff(x) > 1) + 1
+    return np.insert(x, gap, x[gap] - 0.5), np.insert(y, gap, np.nan)
+
+
 def metric_along_order(table: pd.DataFrame, metric: str = "err", divergence: Any = None, *,
                        step: int | None = None, rank: int | None = None, thresholds: Any = None,
                        log: bool | None = None) -> Figure:
@@ -100,6 +112,7 @@ def metric_along_order(table: pd.DataFrame, metric: str = "err", divergence: Any
 
     ``divergence``: a ``Divergence``, a dict, a call name or a call index; by default the table's own
     ``first_divergence()`` when it has one. Infinite values (hard mismatches) are drawn as red crosses at the top.
+    The line breaks where a call has no value (NaN) and where calls are missing (:func:`gapped`).
     """
     ci, dcall, dstep, drank = _divergence_of(table, divergence)
     if step is None and rank is None and dstep is not None:
@@ -109,7 +122,8 @@ def metric_along_order(table: pd.DataFrame, metric: str = "err", divergence: Any
     ax = fig.add_subplot()
     x, y = s["call_index"].to_numpy(), s["value"].to_numpy()
     fin = np.isfinite(y)
-    ax.plot(x[fin], y[fin], ".-", lw=0.8, ms=3, color="#1f77b4", label=metric)
+    gx, gy = gapped(x, np.where(fin, y, np.nan))
+    ax.plot(gx, gy, ".-", lw=0.8, ms=3, color="#1f77b4", label=metric)
     inf = np.isinf(y)
     top = float(np.nanmax(np.abs(y[fin]))) if fin.any() else 1.0
     if inf.any():
@@ -153,6 +167,15 @@ def module_errors(table: pd.DataFrame, metric: str = "err", by: str = "module") 
     the calls inside them and are left out (unless the table holds only module calls); parameter gradients
     count for their own module. Infinite values are counted in ``n_inf``, not summed.
     """
+    t, key, keep, v = _module_keys(table, metric, by)
+    out = _sum_per_key(t, key, keep, v)[["module", "sum", "n_inf", "rows"]]
+    out = out.sort_values(["n_inf", "sum"], ascending=False, kind="stable").reset_index(drop=True)
+    out.attrs.update(metric=metric, by=by)
+    return out
+
+
+def _module_keys(table: pd.DataFrame, metric: str, by: str):
+    """(rows kept, module key per row, which rows count, metric values) for :func:`module_errors`."""
     if by not in ("module", "parent"):
         raise ValueError(f"by must be 'module' or 'parent', got {by!r}")
     t = table[table["call_index"] >= 0] if "call_index" in table.columns else table
@@ -176,32 +199,115 @@ def module_errors(table: pd.DataFrame, metric: str = "err", by: str = "module") 
             key = np.where(module_row, own, key)
     key = np.where(key == "", TOP_LEVEL, key)
     v = pd.to_numeric(t[metric], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    frame = pd.DataFrame({"module": key[keep], "value": v[keep]})
+    return t, key, keep, v
+
+
+def _sum_per_key(t: pd.DataFrame, key: np.ndarray, keep: np.ndarray, v: np.ndarray) -> pd.DataFrame:
+    ci = t["call_index"].to_numpy(dtype=np.int64) if "call_index" in t.columns else np.arange(len(t))
+    frame = pd.DataFrame({"module": key[keep], "value": v[keep], "ci": ci[keep]})
     frame["finite"] = np.where(np.isfinite(frame["value"]), frame["value"], 0.0)
     frame["inf"] = np.isinf(frame["value"])
     g = frame.groupby("module", sort=False)
-    out = pd.DataFrame({"sum": g["finite"].sum(), "n_inf": g["inf"].sum().astype(np.int64),
-                        "rows": g.size().astype(np.int64)}).reset_index()
-    out = out.sort_values(["n_inf", "sum"], ascending=False, kind="stable").reset_index(drop=True)
-    out.attrs.update(metric=metric, by=by)
+    return pd.DataFrame({"sum": g["finite"].sum(), "n_inf": g["inf"].sum().astype(np.int64),
+                         "rows": g.size().astype(np.int64), "first": g["ci"].min()}).reset_index()
+
+
+def module_errors_tree(table: pd.DataFrame, metric: str = "err", by: str = "module",
+                       max_bars: int = 60) -> pd.DataFrame:
+    """``metric`` per module with each module's whole subtree summed, cut at one depth of the model tree.
+
+    ``by="module"``: the tree of module paths (``layers.3.mlp`` under ``layers.3`` under ``layers``);
+    ``by="parent"``: the tree of module calls (each under the module call around it). The depth shown is
+    the deepest whose modules (with the leaves above it) number at most ``max_bars``, so a 45-layer model
+    shows one bar per layer; rows outside every module are one ``(top level)`` bar. In execution order
+    (the first call of each module). Columns: ``module``, ``depth``, ``sum``, ``n_inf``, ``rows``, ``first``;
+    ``attrs``: ``depth`` (shown) and ``max_depth``.
+    """
+    t, key, keep, v = _module_keys(table, metric, by)
+    per = _sum_per_key(t, key, keep, v)
+    if by == "parent":
+        from .table import TableIndex
+
+        tree = TableIndex(t).tree if "parent" in t.columns else {}
+
+        def up(k: str) -> str:
+            return tree.get(k, "") or ""
+    else:
+        def up(k: str) -> str:
+            return k.rsplit(".", 1)[0] if "." in k else ""
+
+    acc: dict[str, list] = {}  # node -> [sum, n_inf, rows, first]
+    kids: dict[str, set] = {}
+    for k, sm, ni, nr, fc in per[["module", "sum", "n_inf", "rows", "first"]].itertuples(index=False):
+        node, seen = str(k), set()
+        child = None
+        while node and node not in seen:
+            seen.add(node)
+            a = acc.setdefault(node, [0.0, 0, 0, fc])
+            a[0] += sm
+            a[1] += ni
+            a[2] += nr
+            a[3] = min(a[3], fc)
+            if child is not None:
+                kids.setdefault(node, set()).add(child)
+            child = node
+            node = up(node) if node != TOP_LEVEL else ""
+
+    def depth_of(k: str) -> int:
+        d, seen = 1, set()
+        while k != TOP_LEVEL and up(k) and k not in seen:
+            seen.add(k)
+            k, d = up(k), d + 1
+        return d
+
+    depth = {k: depth_of(k) for k in acc}
+    max_depth = max(depth.values(), default=1)
+
+    def cut(d: int) -> list[str]:
+        return [k for k in acc if depth[k] == d or (depth[k] < d and not kids.get(k))]
+
+    shown = 1
+    for d in range(1, max_depth + 1):
+        if len(cut(d)) <= max_bars:
+            shown = d
+    rows = sorted(cut(shown), key=lambda k: (acc[k][3], k))
+    out = pd.DataFrame({"module": rows, "depth": [depth[k] for k in rows],
+                        "sum": [float(acc[k][0]) for k in rows], "n_inf": [int(acc[k][1]) for k in rows],
+                        "rows": [int(acc[k][2]) for k in rows], "first": [int(acc[k][3]) for k in rows]})
+    if len(out) > max_bars:  # even the top level is too wide: keep the largest, still in tree order
+        big = out.sort_values(["n_inf", "sum"], ascending=False, kind="stable").head(max_bars).index
+        out = out.loc[sorted(big)].reset_index(drop=True)
+    out.attrs.update(metric=metric, by=by, depth=shown, max_depth=max_depth)
     return out
 
 
-def errors_by_module(table: pd.DataFrame, metric: str = "err", by: str = "module", top: int = 20) -> Figure:
-    """Horizontal bars of :func:`module_errors` (the ``top`` largest; ``+N inf`` noted beside a bar)."""
-    m = module_errors(table, metric, by).head(top)
+def errors_by_module(table: pd.DataFrame, metric: str = "err", by: str = "module", top: int = 60) -> Figure:
+    """Horizontal bars of :func:`module_errors_tree`: modules in tree (execution) order, top to bottom, at
+    the deepest level that fits ``top`` bars (one bar per layer of a 45-layer model); ``+N inf`` noted
+    beside a bar."""
+    m = module_errors_tree(table, metric, by, max_bars=top)
     if m.empty:
         return _text_figure(f"no {metric} values to sum per module")
-    fig = Figure(figsize=(8, 0.35 * len(m) + 1.2))
+    n = len(m)
+    fs = 8 if n <= 30 else 7
+    fig = Figure(figsize=(8.5, 0.2 * n + 1.3))
     ax = fig.add_subplot()
-    y = np.arange(len(m))[::-1]
-    ax.barh(y, m["sum"].to_numpy(), color="#e67e22")
-    ax.set_yticks(y, [str(k) if len(str(k)) < 60 else "…" + str(k)[-58:] for k in m["module"]], fontsize=8)
-    for yy, s, n in zip(y, m["sum"], m["n_inf"]):
-        if n:
-            ax.text(s, yy, f"  +{n} inf", va="center", fontsize=8, color="#c0392b")
-    ax.set_xlabel(f"sum of {metric}")
-    ax.set_title(f"{metric} summed per {'module' if by == 'module' else 'enclosing module call'}", fontsize=10)
+    y = np.arange(n)[::-1]
+    vals = m["sum"].to_numpy(dtype=float)
+    colours = np.where(m["n_inf"].to_numpy() > 0, "#c0392b", "#e67e22")
+    ax.barh(y, vals, color=colours, height=0.75)
+    ax.set_yticks(y, [str(k) if len(str(k)) < 48 else "…" + str(k)[-46:] for k in m["module"]], fontsize=fs)
+    ax.set_ylim(-0.6, n - 0.4)
+    for yy, sm, ni in zip(y, vals, m["n_inf"]):
+        if ni:
+            ax.text(sm, yy, f"  +{ni} inf", va="center", fontsize=fs, color="#c0392b")
+    pos = vals[vals > 0]
+    if len(pos) and pos.max() > 1e3 * pos.min():  # spans decades: a log scale keeps the small bars visible
+        ax.set_xscale("symlog", linthresh=float(max(pos.min(), 1e-12)))
+    what = "module" if by == "module" else "module call"
+    depth, mx = m.attrs.get("depth", 1), m.attrs.get("max_depth", 1)
+    ax.set_xlabel(f"sum of {metric} (whole subtree)")
+    ax.set_title(f"{metric} per {what}, in model order (depth {depth} of {mx}, {n} bars)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
