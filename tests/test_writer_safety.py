@@ -349,6 +349,98 @@ def test_a_kill_while_the_file_is_created_leaves_no_rank_file_behind(tmp_path):
     assert mp.load(path).steps == [0, 1] and sorted(p.name for p in path.iterdir()) == ["rank0.h5"]
 
 
+# ------------------------------------------------------------------ 4. live reads
+LIVE_WRITER = """
+import sys, time, torch
+from pathlib import Path
+from msprobe_nb.store.hdf5_writer import DumpWriter
+stop, most = Path(sys.argv[2]), int(sys.argv[3])
+with DumpWriter(sys.argv[1], meta={"task": "tensor"}) as w:
+    s = 0
+    while (not stop.exists() or s < 8) and s < most:
+        n = 100 + 37 * (s % 9)  # steps crossing chunk boundaries at different points
+        w.write_step(s, {"name": [f"s{s}.n{k}" for k in range(n)], "numel": list(range(s, s + n))},
+                     tensors={f"t{s}": torch.full((300 + s,), float(s))})
+        print(s, flush=True)
+        s += 1
+        time.sleep(0.005)
+"""
+
+
+def _check_live_step(d, s: int) -> None:
+    rows = d.calls[d.calls["step"] == s]
+    n = 100 + 37 * (s % 9)
+    assert rows["name"].tolist() == [f"s{s}.n{k}" for k in range(n)]
+    assert rows["numel"].tolist() == list(range(s, s + n))
+    assert torch.equal(d.load_tensor(f"t{s}", s, 0), torch.full((300 + s,), float(s)))
+
+
+def test_a_live_dump_reads_again_after_a_tensor_read(tmp_path):
+    """A writer process keeps recording; this process loads the dump, reads a tensor (its loader keeps the
+    file open), and loads again, six times, then once more after the writer has exited. Every load is
+    whole and right (before the fix, every load after a tensor read failed, the last one too)."""
+    import sys
+
+    path, stop = tmp_path / "live", tmp_path / "stop"
+    child = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(path), str(stop), "400"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "0", child.stderr.read()
+        seen = []
+        for _ in range(6):
+            d = mp.load(path)
+            s = d.steps[-1]
+            _check_live_step(d, s)
+            again = mp.load(path)
+            assert again.steps[:len(d.steps)] == d.steps == list(range(len(d.steps)))
+            _check_live_step(again, again.steps[-1])
+            seen.append(len(again.steps))
+        assert seen[-1] > seen[0]  # the writer was going on meanwhile
+    finally:
+        stop.touch()
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    written = int(out.split()[-1]) + 1
+    final = mp.load(path)  # the loaders above still hold the file open
+    assert final.steps == list(range(written))
+    for s in final.steps[::7] + final.steps[-3:]:
+        _check_live_step(final, s)
+
+
+def test_a_slow_reader_of_a_live_dump_gets_the_rows_of_the_commit_it_read(tmp_path, monkeypatch):
+    """A reader that takes a second between reading the commit index and the tails: meanwhile the writer
+    fills several chunks and writes each tail slot again. The rows read are still those of that commit."""
+    import sys
+    import time
+
+    from msprobe_nb.store import hdf5_reader
+
+    check = hdf5_reader._check_extents
+
+    def slow(*args):
+        check(*args)
+        time.sleep(1.0)
+
+    monkeypatch.setattr(hdf5_reader, "_check_extents", slow)
+    path, stop = tmp_path / "live", tmp_path / "stop"
+    child = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(path), str(stop), "5000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "0", child.stderr.read()
+        time.sleep(0.3)
+        for _ in range(2):
+            d = mp.load(path)
+            c = d.calls
+            for s in d.steps:
+                rows = c[c["step"] == s]
+                n = 100 + 37 * (s % 9)
+                assert rows["name"].tolist() == [f"s{s}.n{k}" for k in range(n)], s
+                assert rows["numel"].tolist() == list(range(s, s + n)), s
+    finally:
+        stop.touch()
+        child.communicate(timeout=60)
+
+
 def test_layout_3_files_still_read(tmp_path):
     """Files of layout 3 (the same tails, index rows without ``flags``) read as they did."""
     import json

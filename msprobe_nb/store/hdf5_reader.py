@@ -11,7 +11,9 @@ import errno as errno_codes
 import json
 import os
 import struct
+import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,18 +77,45 @@ def _open(path: Path) -> h5py.File:
         raise DumpFormatError(f"{str(path)!r}: empty file (0 bytes), not an HDF5 dump")
     if head != HDF5_SIGNATURE and not h5py.is_hdf5(path):
         raise DumpFormatError(f"{str(path)!r}: not an HDF5 file (no HDF5 signature)")
-    try:
-        return h5py.File(path, "r", locking="best-effort")
-    except _READ_ERRORS as e:
-        if "already open for write" not in str(e):
-            raise DumpFormatError(
-                f"{str(path)!r}: HDF5 file cannot be opened, it is truncated, corrupt or locked by a writer ({e})"
-            ) from None
-    _check_size(path)
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            return h5py.File(path, "r", locking="best-effort")
+        except _READ_ERRORS as e:
+            if "already open for write" in str(e):
+                break
+            # A running writer may have moved the end-of-file address in its superblock a moment before the
+            # bytes it allocated reach the file: "truncated" then only lasts milliseconds
+            if not ("truncated" in str(e) and _open_for_write(path)) or attempt == OPEN_ATTEMPTS - 1:
+                raise DumpFormatError(
+                    f"{str(path)!r}: HDF5 file cannot be opened, it is truncated, corrupt or locked by a writer ({e})"
+                ) from None
+        time.sleep(0.02)
+    for attempt in range(OPEN_ATTEMPTS):  # the same, in the check done for SWMR reads
+        try:
+            _check_size(path)
+            break
+        except DumpFormatError:
+            if attempt == OPEN_ATTEMPTS - 1:
+                raise
+        time.sleep(0.02)
     try:
         return h5py.File(h5f.open(os.fsencode(path), h5f.ACC_RDONLY | h5f.ACC_SWMR_READ, fapl=_swmr_fapl()))
     except _READ_ERRORS as e:
         raise DumpFormatError(f"{str(path)!r}: HDF5 file (left open by its writer) cannot be opened ({e})") from None
+
+
+#: Opens of a file whose superblock says it is open for write, tried while its size lags behind that superblock.
+OPEN_ATTEMPTS = 4
+
+
+def _open_for_write(path: Path) -> bool:
+    """Whether the superblock (version 2 or 3) of ``path`` carries HDF5's "open for write" (or SWMR) flag."""
+    try:
+        with open(path, "rb") as fh:
+            sb = fh.read(12)
+    except OSError:
+        return False
+    return len(sb) == 12 and sb[8] in (2, 3) and bool(sb[11] & 0x05)
 
 
 def _check_size(path: Path) -> None:
@@ -119,6 +148,10 @@ def _swmr_fapl() -> h5p.PropFAID:
     global _READ_ATTEMPTS
     fapl = h5p.create(h5p.FILE_ACCESS)
     fapl.set_file_locking(True, True)  # best effort, like the plain open
+    # no chunk cache: the writer rewrites tail chunks and index rows in place, and a cached chunk would hide
+    # that from a second read of them in the same open (the check of _File._read)
+    mdc, slots, _, w0 = fapl.get_cache()
+    fapl.set_cache(mdc, slots, 0, w0)
     if _READ_ATTEMPTS is None:
         _READ_ATTEMPTS = False
         try:  # h5py does not wrap H5Pset_metadata_read_attempts; call it in the libhdf5 h5py has loaded
@@ -258,7 +291,7 @@ def _check_extents(f: h5py.File, tails: _Tails, end: dict[str, int], path: Path)
             chunk = tails.chunk(col)
             if chunk < 1 or main.ndim != 1:
                 raise DumpFormatError(f"{str(path)!r}: /{col} or its tail has an unexpected shape")
-            whole = length // chunk * chunk
+            whole = tails.main_rows(g, length, chunk)
             if main.shape[0] < whole or _allocated(main) < whole:
                 raise DumpFormatError(
                     f"{str(path)!r}: the commit index says {g} has {length} rows, so /{col} needs {whole} in whole "
@@ -312,6 +345,18 @@ def _dataset(f: h5py.File, path: str) -> h5py.Dataset:
 
 #: dataset path -> (group, dtype), to find a column's tail
 _COLUMN_GROUP = {path: (g, dtype) for g, (_, cols) in GROUPS.items() for path, dtype in cols.items()}
+#: tail dataset name (layout 3 and later) -> its group
+_TAIL_GROUP = {f"/tail/{g}": g for g in GROUPS}
+
+
+@dataclass
+class _Taken:
+    """A live file's commit index as first read, the tail rows taken right after it, and the groups whose
+    writer moved on to a later chunk meanwhile: read again from a fresh open, these name the same steps."""
+
+    index: np.ndarray
+    slots: dict[tuple[str, int], Any]
+    moved: list[str]
 
 
 class _Tails:
@@ -322,12 +367,19 @@ class _Tails:
     column (``/tail/<path>``: (2, chunk)).
     """
 
-    def __init__(self, f: h5py.File) -> None:
+    def __init__(self, f: h5py.File, taken: _Taken | None = None) -> None:
         self.f = f
         self.layout = f.attrs.get("layout_version")
         self.records = self.layout not in (1, 2)  # layouts 3 and later: one tail of packed records per group
-        self._slots: dict[tuple[str, int], Any] = {}
+        # (tail, slot) -> its rows as records; groups whose rows are all read from main (see _File.__init__)
+        self._slots: dict[tuple[str, int], Any] = dict(taken.slots) if taken else {}
+        self.from_main: set[str] = set(taken.moved) if taken else set()
         self._located: dict[str, tuple[h5py.Dataset, Any]] = {}  # path -> _locate(path)
+
+    def main_rows(self, group: str, length: int, chunk: int) -> int:
+        """How many of a group's first ``length`` rows are read from its main datasets: the whole chunks, or
+        all of them once the writer has moved past their chunk (main then holds it whole)."""
+        return length if group in self.from_main else length // chunk * chunk
 
     def chunk(self, path: str) -> int:
         """Rows per chunk of ``path``'s group, from its tail."""
@@ -344,6 +396,38 @@ class _Tails:
                 self._slots[key] = raw.view(where[1]).reshape(-1)
             return self._slots[key][where[0]][lo:hi].copy()
         return tail[slot, lo:hi] if where is None else tail[slot, where, lo:hi]
+
+    def preload(self, end: dict[str, int]) -> None:
+        """Read the committed rows of every group's tail now (layouts 3 and later).
+
+        A tail slot is written again once the writer has filled two more chunks of its group, so a reader
+        of a live dump takes its tails right after the commit index, then checks how far the index moved
+        meanwhile (``_File._read``); main chunks are never written again once committed.
+        """
+        if not self.records:
+            return
+        for g, (_, cols) in GROUPS.items():
+            tail, where = self._locate(next(iter(cols)))
+            n, slot = end[g] % tail.shape[1], end[f"{g}_slot"]
+            if n:
+                self._slots[(tail.name, slot)] = np.ascontiguousarray(tail[slot, :n]).view(where[1]).reshape(-1)
+
+    def moved_on(self, end: dict[str, int], later: dict[str, int]) -> list[str]:
+        """The groups in which a later commit lies in a later chunk than ``end``: the writer may have written
+        the tail slot ``end`` names since (it does once it fills the next chunk), but main holds the chunk
+        ``end`` ends in, whole and for good."""
+        moved = []
+        for g, (_, cols) in GROUPS.items():
+            chunk = self.chunk(next(iter(cols)))
+            if later[g] // chunk > end[g] // chunk:
+                moved.append(g)
+        return moved
+
+    def taken(self, index: np.ndarray, moved: list[str]) -> _Taken:
+        """What a second read of the same commit needs: the index, the tails of the groups that did not
+        move on, and the groups that did."""
+        keep = {k: v for k, v in self._slots.items() if _TAIL_GROUP.get(k[0]) not in moved}
+        return _Taken(index, keep, moved)
 
     def _locate(self, path: str) -> tuple[h5py.Dataset, Any]:
         """``path``'s tail and where in it the column is, found and checked once per path (``chunk`` and
@@ -389,8 +473,7 @@ def _read_rows(f: h5py.File, tails: _Tails, path: str, length: int, slot: int,
     main = _dataset(f, path)
     if main.ndim != 1:
         raise ValueError(f"dataset {path} has an unexpected shape {main.shape}")
-    chunk = tails.chunk(path)
-    m = length // chunk * chunk
+    m = tails.main_rows(_COLUMN_GROUP[path][0], length, tails.chunk(path))
     if main.shape[0] < m:
         raise ValueError(f"dataset {path} has {main.shape[0]} entries but the commit index says {m}")
     parts = []
@@ -416,28 +499,50 @@ def _merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def _ends(index: np.ndarray) -> dict[str, int]:
+    """The lengths, slots and tensor buffer ends the last commit of ``index`` names (zeros: none)."""
+    last = index[-1] if len(index) else np.zeros(len(INDEX_FIELDS), np.int64)
+    return {k: int(last[_F[k]]) for k in INDEX_FIELDS[1:-1]}
+
+
 class _File:
     """Everything read from one rank file, still as numpy arrays (strings as ids into ``vocab``)."""
 
     def __init__(self, path: Path, steps: set[int] | None) -> None:
         self.path = path
-        with _open(path) as f:
-            try:
-                self.attrs = _check_header(f, path)
-                self._read(f, steps)
-            except DumpFormatError:
-                raise
-            except _READ_ERRORS as e:
-                raise DumpFormatError(
-                    f"{str(path)!r}: corrupt or incomplete dump ({type(e).__name__}: {e})"
-                ) from None
+        taken = None
+        for _ in range(2):  # a second time only for a live file whose writer moved on while it was read
+            with _open(path) as f:
+                try:
+                    self.attrs = _check_header(f, path)
+                    taken = self._read(f, steps, taken)
+                except DumpFormatError:
+                    raise
+                except _READ_ERRORS as e:
+                    raise DumpFormatError(
+                        f"{str(path)!r}: corrupt or incomplete dump ({type(e).__name__}: {e})"
+                    ) from None
+            if taken is None:
+                return
+        raise AssertionError("a second read never asks for a third")  # pragma: no cover
 
-    def _read(self, f: h5py.File, steps: set[int] | None) -> None:
-        index = _committed(_index_rows(f, self.path), self.path)
-        last = index[-1] if len(index) else np.zeros(len(INDEX_FIELDS), np.int64)
-        end = {k: int(last[_F[k]]) for k in INDEX_FIELDS[1:-1]}
-        tails = _Tails(f)
+    def _read(self, f: h5py.File, steps: set[int] | None, taken: _Taken | None) -> _Taken | None:
+        """Read the file's committed steps. For a live file whose writer filled a chunk of some group while
+        its tails were taken, return what a second read, from a fresh open, needs instead (this open's
+        extents are older than the commit that shows it): that read names the same commit, takes those
+        groups' rows from main, the other tails as taken here."""
+        index = taken.index if taken else _committed(_index_rows(f, self.path), self.path)
+        end = _ends(index)
+        tails = _Tails(f, taken)
         _check_extents(f, tails, end, self.path)
+        if f.swmr_mode and taken is None and tails.records:
+            # a live (or killed) writer's file: take the tails now, then see whether the writer went on to
+            # a later chunk meanwhile (it writes a tail slot again once it fills the next chunk)
+            tails.preload(end)
+            f["index/steps"].refresh()  # its extent may have grown; nothing else holds it open now
+            moved = tails.moved_on(end, _ends(_committed(_index_rows(f, self.path), self.path)))
+            if moved:
+                return tails.taken(index, moved)
         group_of = {path: g for g, (_, cols) in GROUPS.items() for path in cols}
         self.rank = int(self.attrs.get("rank", 0))
         row_end = index[:, _F["calls"]]
@@ -497,6 +602,7 @@ class _File:
                                  f"tensor index needs {stop}")
         if not np.isin(t["buffer"], TENSOR_WIDTHS).all():
             raise ValueError("tensors/buffer holds an unknown buffer width")
+        return None
 
     def _check_ids(self, ids: np.ndarray, name: str, allow_missing: bool = False) -> None:
         if len(ids) and (ids.max() >= len(self.vocab) or ids.min() < (-1 if allow_missing else 0)):
@@ -653,24 +759,38 @@ class TensorLoader:
     BLOCK_BYTES = 1 << 24  # tensors are read through 16 MiB blocks: one HDF5 read serves many small tensors
     MAX_BLOCKS = 4
 
-    def _buffer(self, path: str, width: int) -> h5py.Dataset:
+    @contextmanager
+    def _buffer(self, path: str, width: int) -> Iterator[h5py.Dataset]:
+        """The tensor buffer ``u<width>`` of a rank file. A finished file stays open for the next read (opening
+        costs ~1 ms); a live one (its writer running, or killed) is closed again at once. Why: HDF5 shares one
+        open file, and its metadata cache, between every handle of this process, so a handle kept open would
+        pin the extents it saw, and the next read of the growing dump (``load`` again) would find them older
+        than the commit index it reads."""
         f = self._files.get(path)
         if f is None or not f.id.valid:
-            f = self._files[path] = _open(Path(path))
-        return f[f"tensors/u{width}"]
+            f = _open(Path(path))
+            if f.swmr_mode:
+                try:
+                    yield _dataset(f, f"tensors/u{width}")
+                finally:
+                    f.close()
+                return
+            self._files[path] = f
+        yield _dataset(f, f"tensors/u{width}")
 
     def _read(self, path: str, width: int, offset: int, count: int) -> np.ndarray:
         """Elements [offset, offset + count) of a tensor buffer, through a small cache of whole blocks."""
         per_block = self.BLOCK_BYTES // width
         first, last = offset // per_block, (offset + count - 1) // per_block
         if first != last:  # spans blocks (or is larger than one): read it directly
-            return self._buffer(path, width)[offset:offset + count]
+            with self._buffer(path, width) as ds:
+                return ds[offset:offset + count]
         blocks = self.__dict__.setdefault("_blocks", {})
         key = (path, width, first)
         block = blocks.pop(key, None)
-        if block is None:
-            ds = self._buffer(path, width)
-            block = ds[first * per_block:min((first + 1) * per_block, ds.shape[0])]
+        if block is None or len(block) < offset - first * per_block + count:  # read while the file was shorter
+            with self._buffer(path, width) as ds:
+                block = ds[first * per_block:min((first + 1) * per_block, ds.shape[0])]
         blocks[key] = block  # most recently used last
         while len(blocks) > self.MAX_BLOCKS:
             blocks.pop(next(iter(blocks)))
