@@ -6,11 +6,13 @@ unusable dump_path is refused at start(), and a live dump stays readable.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -441,14 +443,13 @@ def test_a_slow_reader_of_a_live_dump_gets_the_rows_of_the_commit_it_read(tmp_pa
         child.communicate(timeout=60)
 
 
-def test_layout_3_files_still_read(tmp_path):
-    """Files of layout 3 (the same tails, index rows without ``flags``) read as they did."""
-    import json
-
+@pytest.mark.parametrize("layout", [3, 4])
+def test_layout_3_and_4_files_still_read(tmp_path, layout):
+    """Files of layout 3 (the same tails, index rows without ``flags``) and 4 (without checksums) read as
+    they did."""
     import h5py
-    import numpy as np
 
-    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS, INDEX_FIELDS_V3
+    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS, INDEX_FIELDS_V3, INDEX_FIELDS_V4
 
     with DumpWriter(tmp_path / "d", meta={"task": "tensor"}) as w:
         for s in range(3):
@@ -457,13 +458,82 @@ def test_layout_3_files_still_read(tmp_path):
                          tensors={f"t{s}": torch.arange(s + 1)})
     want = mp.load(tmp_path / "d")
     f = tmp_path / "d" / "rank0.h5"
+    fields = INDEX_FIELDS_V3 if layout == 3 else INDEX_FIELDS_V4
     with h5py.File(f, "r+") as h:
         rows = h["index/steps"][()]
         del h["index/steps"]
-        keep = [INDEX_FIELDS.index(k) for k in INDEX_FIELDS_V3]
+        keep = [INDEX_FIELDS.index(k) for k in fields]
         ds = h.create_dataset("index/steps", data=rows[:, keep], maxshape=(None, len(keep)), chunks=(256, len(keep)))
-        ds.attrs["fields"] = json.dumps(INDEX_FIELDS_V3)
-        h.attrs["layout_version"] = 3
+        ds.attrs["fields"] = json.dumps(fields)
+        h.attrs["layout_version"] = layout
+        del h.attrs["attrs_crc"]
     got = mp.load(tmp_path / "d")
     pd.testing.assert_frame_equal(got.calls, want.calls)
-    assert got.steps == [0, 1, 2] and np.array_equal(got.load_tensor("t2", 2, 0), torch.arange(3))
+    assert got.steps == [0, 1, 2] and torch.equal(got.load_tensor("t2", 2, 0), torch.arange(3))
+
+
+# ------------------------------------------------------------------ 5. integrity
+def _three_steps(d: Path, rows: int = 5) -> Path:
+    with DumpWriter(d, meta={"task": "statistics", "note": "kept as written"}) as w:
+        for s in range(3):
+            w.write_step(s, {"name": [f"s{s}.n{k}" for k in range(rows)], "numel": [s * 1000 + k for k in range(rows)]})
+    return d / "rank0.h5"
+
+
+def _flip(f: Path, offset: int) -> None:
+    with open(f, "r+b") as fh:
+        fh.seek(offset)
+        b = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([b[0] ^ 0x10]))
+
+
+def test_a_flipped_byte_in_a_tail_is_refused_naming_the_file_the_step_and_the_dataset(tmp_path):
+    import h5py
+
+    f = _three_steps(tmp_path / "d")
+    with h5py.File(f, "r") as h:
+        tail = h["tail/calls"]
+        record = np.dtype([tuple(c) for c in json.loads(tail.attrs["columns"])])
+        chunk = tail.id.get_chunk_info_by_coord((0, 0, 0))  # slot 0: every row so far
+    _flip(f, chunk.byte_offset + 7 * record.itemsize + record.fields["calls/numel"][1])  # row 7: step 1's
+    with pytest.raises(mp.DumpFormatError, match=r"/tail/calls fails its checksum in the rows of step 1") as e:
+        mp.load(tmp_path / "d")
+    assert str(f) in str(e.value)
+
+
+def test_a_flipped_byte_in_the_commit_index_is_refused(tmp_path):
+    import h5py
+
+    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS
+
+    f = _three_steps(tmp_path / "d")
+    with h5py.File(f, "r") as h:
+        chunk = h["index/steps"].id.get_chunk_info(0)
+    _flip(f, chunk.byte_offset + (1 * len(INDEX_FIELDS) + INDEX_FIELDS.index("step")) * 8)  # row 1: step 1 -> 17
+    with pytest.raises(mp.DumpFormatError, match=r"/index/steps row 1 \(step 17\) fails its checksum") as e:
+        mp.load(tmp_path / "d")
+    assert str(f) in str(e.value)
+
+
+def test_a_flipped_byte_in_the_meta_attribute_is_refused(tmp_path):
+    f = _three_steps(tmp_path / "d")
+    data = f.read_bytes()
+    at = data.find(b"kept as written")
+    assert at > 0 and data.find(b"kept as written", at + 1) < 0
+    _flip(f, at + 3)  # "kept" -> "ke{t": still valid JSON, a different value
+    with pytest.raises(mp.DumpFormatError, match=r"attributes .* fail their checksum") as e:
+        mp.load(tmp_path / "d")
+    assert str(f) in str(e.value)
+
+
+def test_a_flipped_byte_in_a_compressed_chunk_is_refused(tmp_path):
+    import h5py
+
+    f = _three_steps(tmp_path / "d", rows=3000)  # 9000 rows: two whole chunks of /calls/*
+    with h5py.File(f, "r") as h:
+        chunk = h["calls/numel"].id.get_chunk_info(1)
+    _flip(f, chunk.byte_offset + chunk.size // 2)
+    with pytest.raises(mp.DumpFormatError, match=r"/calls/numel rows 0\.\.8191 are corrupt") as e:
+        mp.load(tmp_path / "d")
+    assert str(f) in str(e.value)

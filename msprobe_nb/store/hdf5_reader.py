@@ -10,8 +10,10 @@ import ctypes
 import errno as errno_codes
 import json
 import os
+import re
 import struct
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,11 +35,13 @@ from msprobe_nb.store.hdf5_writer import (
     GROUPS,
     INDEX_FIELDS,
     INDEX_FIELDS_V3,
+    INDEX_FIELDS_V4,
     INT_NA,
     LAYOUT_VERSION,
     RANK_FILE_RE,
     STORED_COLUMNS,
     TENSOR_WIDTHS,
+    attrs_digest,
 )
 from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION, DumpParts, coerce_calls
 
@@ -45,10 +49,10 @@ __all__ = ["DumpFormatError", "is_hdf5_dump", "rank_files", "read_hdf5"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _F = {name: i for i, name in enumerate(INDEX_FIELDS)}
-#: The ``/index/steps`` column lists a file may have (its ``fields`` attribute): layouts 1-3, and 4.
-_KNOWN_FIELDS = (INDEX_FIELDS_V3, INDEX_FIELDS)
-#: Layouts this reader reads; 1 and 2 differ in their tails, 3 in its index (no ``flags``).
-_LAYOUTS = (1, 2, 3, LAYOUT_VERSION)
+#: The ``/index/steps`` column lists a file may have (its ``fields`` attribute): layouts 1-3, 4, and 5.
+_KNOWN_FIELDS = (INDEX_FIELDS_V3, INDEX_FIELDS_V4, INDEX_FIELDS)
+#: Layouts this reader reads; 1 and 2 differ in their tails, 3 and 4 in their index (no flags / no checksums).
+_LAYOUTS = (1, 2, 3, 4, LAYOUT_VERSION)
 #: What h5py, numpy and the decoders raise on damaged files; turned into DumpFormatError.
 _READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
 _LENGTHS = [_F[g] for g in GROUPS] + [_F[f"u{w}"] for w in TENSOR_WIDTHS]
@@ -195,9 +199,10 @@ def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:
     return attrs
 
 
-def _index_rows(f: h5py.File, path: Path) -> np.ndarray:
-    """``/index/steps``, read only once its extent is known to fit the file (chunks of fill rows cost no disk
-    space, so a damaged extent could otherwise ask for gigabytes of zeros)."""
+def _index_rows(f: h5py.File, path: Path) -> tuple[np.ndarray, bool]:
+    """``/index/steps`` in today's columns (fields an older file lacks are 0), and whether its rows carry
+    checksums (layout 5). Read only once its extent is known to fit the file (chunks of fill rows cost no
+    disk space, so a damaged extent could otherwise ask for gigabytes of zeros)."""
     ds = _dataset(f, "index/steps")
     try:
         fields = json.loads(_attr(ds.attrs["fields"])) if "fields" in ds.attrs else INDEX_FIELDS_V3
@@ -217,19 +222,46 @@ def _index_rows(f: h5py.File, path: Path) -> np.ndarray:
                               f"holds at most {most}")
     rows = ds[()]
     if fields == INDEX_FIELDS:
-        return rows
+        return rows, True
     out = np.zeros((len(rows), len(INDEX_FIELDS)), np.int64)  # older rows in today's columns (flags 0)
     for j, name in enumerate(fields):
         out[:, _F[name]] = rows[:, j]
-    return out
+    return out, False
 
 
-def _committed(index: np.ndarray, path: Path) -> np.ndarray:
+def _check_row_crcs(index: np.ndarray, path: Path) -> None:
+    """Each commit row's ``crc`` is the crc32 of its fields before it (layout 5)."""
+    k = _F["crc"]
+    data = np.ascontiguousarray(index[:, :k], dtype="<i8")
+    for i in range(len(index)):
+        got = zlib.crc32(data[i])
+        if got != index[i, k]:
+            raise DumpFormatError(
+                f"{str(path)!r}: /index/steps row {i} (step {int(index[i, 0])}) fails its checksum (crc32 "
+                f"{got:#010x}, stored {int(index[i, k]) & 0xFFFFFFFF:#010x}): the commit record is damaged")
+
+
+def _check_attrs(f: h5py.File, attrs: dict[str, Any], path: Path) -> None:
+    """The attributes readers use match their checksum ``attrs_crc`` (layout 5, whose index rows carry
+    checksums; older files have none, and ``layout_version`` itself is in HDF5's checksummed object header)."""
+    if attrs.get("layout_version") != LAYOUT_VERSION:
+        return
+    if "attrs_crc" not in attrs:
+        raise DumpFormatError(f"{str(path)!r}: layout {LAYOUT_VERSION} file without its attrs_crc attribute")
+    got = attrs_digest(f)
+    if got != attrs["attrs_crc"]:
+        raise DumpFormatError(f"{str(path)!r}: its attributes (meta, record layouts, index fields) fail their "
+                              f"checksum (crc32 {got:#010x}, attrs_crc {attrs['attrs_crc']!r}): the header is damaged")
+
+
+def _committed(index: np.ndarray, path: Path, checked: bool = False) -> np.ndarray:
     """The rows of ``/index/steps`` that are commits, checked before anything they size is allocated.
 
     Commits come first and end at the first row without the marker (a half-written commit, or fill
     zeros); a marked row after that, a tail slot other than 0/1, a negative or shrinking length, or a
     step outside int32 means the index is damaged: DumpFormatError naming the row and what is wrong.
+    With row checksums (``checked``, layout 5), a first unmarked row whose checksum matches is a whole
+    commit whose marker was damaged, not a half-written one: the last steps would silently go missing.
     """
     where = f"{str(path)!r}: /index/steps row"
     marked = index[:, _F["commit"]] == COMMIT_MAGIC
@@ -238,6 +270,11 @@ def _committed(index: np.ndarray, path: Path) -> np.ndarray:
     if len(later):
         raise DumpFormatError(f"{where} {n + int(later[0])} is a commit after row {n}, which is not one; "
                               "a writer never commits past an unfinished row, so the index is damaged")
+    if checked and n < len(index) and index[n].any():
+        k = _F["crc"]
+        if zlib.crc32(np.ascontiguousarray(index[n, :k], dtype="<i8")) == index[n, k]:
+            raise DumpFormatError(f"{where} {n} (step {int(index[n, 0])}) is a whole commit record whose commit "
+                                  f"marker is damaged ({int(index[n, _F['commit']]):#x})")
     rows = index[:n]
     slots = rows[:, _SLOTS]
     bad = np.flatnonzero(~np.all((slots == 0) | (slots == 1), axis=1))
@@ -345,6 +382,8 @@ def _dataset(f: h5py.File, path: str) -> h5py.Dataset:
 
 #: dataset path -> (group, dtype), to find a column's tail
 _COLUMN_GROUP = {path: (g, dtype) for g, (_, cols) in GROUPS.items() for path, dtype in cols.items()}
+#: A record field's numpy type in a tail's ``columns`` attribute: a plain little-endian number.
+_NUMBER_TYPE = re.compile(r"[<|]?(?:[iuf][1248]|b1)")
 #: tail dataset name (layout 3 and later) -> its group
 _TAIL_GROUP = {f"/tail/{g}": g for g in GROUPS}
 
@@ -423,6 +462,32 @@ class _Tails:
                 moved.append(g)
         return moved
 
+    def verify(self, index: np.ndarray, end: dict[str, int], skip: list[str]) -> None:
+        """The preloaded tail rows of each group (but ``skip``) match the crc32 the last commit stores for
+        them (layout 5). On a mismatch, name the step whose rows hold the damage: the commits in the same
+        chunk store the crc of each prefix of the slot."""
+        for g, (_, cols) in GROUPS.items():
+            if g in skip:
+                continue
+            tail, _ = self._locate(next(iter(cols)))
+            chunk, slot = tail.shape[1], end[f"{g}_slot"]
+            n = end[g] % chunk
+            raw = self._slots[(tail.name, slot)].view(np.uint8).reshape(-1) if n else np.empty(0, np.uint8)
+            if zlib.crc32(raw) == end[f"{g}_crc"]:
+                continue
+            base, width = end[g] - n, tail.shape[2]
+            lengths, crcs, steps = (index[:, _F[k]] for k in (g, f"{g}_crc", "step"))
+            where, crc, at = len(index) - 1, 0, 0
+            for i in np.flatnonzero(lengths >= base).tolist():  # the commits of this chunk, in order
+                stop = (int(lengths[i]) - base) * width
+                crc, at = zlib.crc32(raw[at:stop], crc), stop
+                if crc != crcs[i]:
+                    where = i
+                    break
+            raise DumpFormatError(
+                f"{str(self.f.filename)!r}: /tail/{g} fails its checksum in the rows of step {int(steps[where])} "
+                f"(commit row {where}): the bytes on disk are not those written")
+
     def taken(self, index: np.ndarray, moved: list[str]) -> _Taken:
         """What a second read of the same commit needs: the index, the tails of the groups that did not
         move on, and the groups that did."""
@@ -455,11 +520,17 @@ class _Tails:
             return tail, j
         tail = _dataset(self.f, f"tail/{group}")
         try:
-            record = np.dtype([(str(p), str(t)) for p, t in json.loads(tail.attrs["columns"])])
+            pairs = [(str(p), str(t)) for p, t in json.loads(tail.attrs["columns"])]
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"dataset tail/{group}: its columns attribute is not a record layout ({e})") from None
-        if any(record[p].kind not in "iufb" for p in record.names):  # raw bytes only ever become numbers
+        # raw bytes only ever become plain numbers; anything else never reaches np.dtype (whose parser
+        # raises SyntaxError on some strings)
+        if not all(_NUMBER_TYPE.fullmatch(t) for _, t in pairs):
             raise ValueError(f"dataset tail/{group}: its columns attribute names a non-numeric type")
+        try:
+            record = np.dtype(pairs)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"dataset tail/{group}: its columns attribute is not a record layout ({e})") from None
         if path not in record.names:
             raise ValueError(f"dataset tail/{group} does not list the column {path}")
         if tail.ndim != 3 or tail.shape[0] != 2 or tail.shape[2] != record.itemsize:
@@ -479,7 +550,11 @@ def _read_rows(f: h5py.File, tails: _Tails, path: str, length: int, slot: int,
     parts = []
     for a, b in ranges:
         if a < m:
-            parts.append(main[a:min(b, m)])
+            try:
+                parts.append(main[a:min(b, m)])
+            except _READ_ERRORS as e:  # fletcher32 (layout 5) or the decompressor refused a chunk
+                raise DumpFormatError(f"{str(f.filename)!r}: /{path} rows {a}..{min(b, m) - 1} are corrupt: a chunk "
+                                      f"fails its checksum or does not decompress ({e})") from None
         if b > m:
             parts.append(tails.rows(path, slot, max(a, m) - m, b - m))
     if len(parts) == 1:
@@ -531,16 +606,27 @@ class _File:
         its tails were taken, return what a second read, from a fresh open, needs instead (this open's
         extents are older than the commit that shows it): that read names the same commit, takes those
         groups' rows from main, the other tails as taken here."""
-        index = taken.index if taken else _committed(_index_rows(f, self.path), self.path)
+        if taken is None:
+            rows, checked = _index_rows(f, self.path)
+            index = _committed(rows, self.path, checked)
+        else:
+            index, checked = taken.index, False  # checked by the first read
         end = _ends(index)
         tails = _Tails(f, taken)
         _check_extents(f, tails, end, self.path)
-        if f.swmr_mode and taken is None and tails.records:
-            # a live (or killed) writer's file: take the tails now, then see whether the writer went on to
-            # a later chunk meanwhile (it writes a tail slot again once it fills the next chunk)
-            tails.preload(end)
-            f["index/steps"].refresh()  # its extent may have grown; nothing else holds it open now
-            moved = tails.moved_on(end, _ends(_committed(_index_rows(f, self.path), self.path)))
+        if checked:
+            _check_attrs(f, self.attrs, self.path)
+            _check_row_crcs(index, self.path)
+        if taken is None and tails.records:
+            tails.preload(end)  # the tails now, right after the index
+            moved: list[str] = []
+            if f.swmr_mode:
+                # a live (or killed) writer's file: see whether the writer went on to a later chunk meanwhile
+                # (it writes a tail slot again once it fills the next chunk)
+                f["index/steps"].refresh()  # its extent may have grown; nothing else holds it open now
+                moved = tails.moved_on(end, _ends(_committed(_index_rows(f, self.path)[0], self.path)))
+            if checked:
+                tails.verify(index, end, moved)
             if moved:
                 return tails.taken(index, moved)
         group_of = {path: g for g, (_, cols) in GROUPS.items() for path in cols}

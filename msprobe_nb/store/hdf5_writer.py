@@ -16,6 +16,7 @@ import re
 import socket
 import time
 import warnings
+import zlib
 from collections.abc import Mapping
 from contextlib import suppress
 from datetime import datetime, timezone
@@ -38,7 +39,7 @@ __all__ = ["DumpInUseError", "DumpLock", "DumpWriteError", "DumpWriter", "claim_
 FORMAT_NAME = "msprobe_nb.dump"
 #: Version of the HDF5 arrangement (groups, encodings, index). The calls-table columns carry their
 #: own version, ``schema.SCHEMA_VERSION``; a reader needs both to match.
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 TOOL_NAME = "msprobe_nb"
 
 RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")
@@ -83,8 +84,11 @@ GROUPS: dict[str, tuple[int, dict[str, str]]] = {
 #: slot; the committed length of each tensor buffer; the commit marker.
 INDEX_FIELDS_V3 = (["step"] + [x for g in GROUPS for x in (g, f"{g}_slot")]
                    + [f"u{w}" for w in TENSOR_WIDTHS] + ["commit"])
-#: Layout 4 adds ``flags`` (what happened to the step, ``FLAG_*``) before the marker.
-INDEX_FIELDS = INDEX_FIELDS_V3[:-1] + ["flags", "commit"]
+#: Layout 4 added ``flags`` (what happened to the step, ``FLAG_*``) before the marker.
+INDEX_FIELDS_V4 = INDEX_FIELDS_V3[:-1] + ["flags", "commit"]
+#: Layout 5 adds, per group, the crc32 of its committed tail rows (``<group>_crc``), and ``crc``: the crc32 of
+#: the row's fields before it (little-endian int64), so readers detect damaged bytes instead of using them.
+INDEX_FIELDS = INDEX_FIELDS_V4[:-1] + [f"{g}_crc" for g in GROUPS] + ["crc", "commit"]
 #: ``flags`` bit: the row is no data, it marks that rows of its step were lost because writing them failed
 #: (the row repeats the previous commit's lengths); bits 8-23 hold the failure's errno (0: not an OSError).
 FLAG_DROPPED = 1
@@ -411,23 +415,28 @@ class _Group:
         self.name, self.chunk = name, chunk
         self.main: dict[str, h5py.Dataset] = {}
         for path, dtype in columns.items():
-            self.main[path] = f.create_dataset(
+            self.main[path] = f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk it reads
                 path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
-                track_times=False)
+                fletcher32=True, track_times=False)
         self.record = np.dtype([(path, np.dtype(dtype).newbyteorder("<")) for path, dtype in columns.items()])
         size = self.record.itemsize
         self.tail = f.create_dataset(f"tail/{name}", shape=(2, chunk, size), dtype="uint8", chunks=(1, chunk, size),
                                      track_times=False)
         self.tail.attrs["columns"] = json.dumps([[p, self.record[p].str] for p in columns])
-        self.length, self.slot = 0, 0
+        # committed length, tail slot, and crc32 of the committed rows of that slot (their record bytes)
+        self.length, self.slot, self.crc = 0, 0, 0
         # the rows of each tail slot, as records: appended in place, so a step never copies the older rows
         self.bufs = (np.empty(chunk, self.record), np.empty(chunk, self.record))
 
-    def stage(self, data: dict[str, np.ndarray]) -> tuple[int, int]:
+    def state(self) -> tuple[int, int, int]:
+        return self.length, self.slot, self.crc
+
+    def stage(self, data: dict[str, np.ndarray]) -> tuple[int, int, int]:
         """Write ``data`` beyond the committed rows; returns the state to commit.
 
         Only rows past the committed ones are touched, in the file and in ``bufs``, so a step that fails
-        after staging leaves the committed state as it was.
+        after staging leaves the committed state as it was. The tail's crc32 goes on from the committed
+        rows' (only the new bytes are summed).
         """
         n = len(next(iter(data.values())))
         c, t = self.chunk, self.length % self.chunk
@@ -435,9 +444,11 @@ class _Group:
             rec = self.bufs[self.slot][t:t + n]
             for p in self.record.names:
                 rec[p] = data[p]
-            if n:
-                _write_tail(self.tail, self.slot, t, rec)
-            return self.length + n, self.slot
+            if not n:
+                return self.length, self.slot, self.crc
+            raw = rec.view(np.uint8).reshape(n, self.record.itemsize)
+            _write_tail(self.tail, self.slot, t, raw)
+            return self.length + n, self.slot, zlib.crc32(raw, self.crc)
         # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
         # of all its columns); only the leftover rows are packed, into the other slot.
         full = (t + n) // c * c
@@ -447,12 +458,13 @@ class _Group:
             col = np.concatenate([prev[p], np.asarray(data[p], ds.dtype)])
             _append_main(ds, base, col[:full])
             rest[p] = col[full:]
+        raw = rest.view(np.uint8).reshape(len(rest), self.record.itemsize)
         if len(rest):
-            _write_tail(self.tail, 1 - self.slot, 0, rest)
-        return self.length + n, 1 - self.slot
+            _write_tail(self.tail, 1 - self.slot, 0, raw)
+        return self.length + n, 1 - self.slot, zlib.crc32(raw)
 
-    def commit(self, state: tuple[int, int]) -> None:
-        self.length, self.slot = state
+    def commit(self, state: tuple[int, int, int]) -> None:
+        self.length, self.slot, self.crc = state
 
 
 def _write_at(ds: h5py.Dataset, start: tuple[int, ...], block: np.ndarray) -> None:
@@ -473,9 +485,45 @@ def _append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
     _write_at(ds, (base,), arr)
 
 
-def _write_tail(ds: h5py.Dataset, slot: int, start: int, records: np.ndarray) -> None:
-    """``ds[slot, start:start + n] = records`` as bytes (one contiguous piece of the slot's chunk)."""
-    _write_at(ds, (slot, start, 0), records.view(np.uint8).reshape(1, len(records), records.itemsize))
+def _write_tail(ds: h5py.Dataset, slot: int, start: int, raw: np.ndarray) -> None:
+    """``ds[slot, start:start + n] = raw``, the records' bytes ``(n, record size)`` (one contiguous piece of the
+    slot's chunk)."""
+    _write_at(ds, (slot, start, 0), raw.reshape(1, *raw.shape))
+
+
+def _plain(v: Any) -> Any:
+    """An attribute value as plain JSON: text, numbers, lists."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "surrogateescape")
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def attrs_digest(f: h5py.File) -> int:
+    """crc32 of the attributes readers rely on: every root attribute but ``attrs_crc`` itself, the record layout
+    of each tail and the index's fields. Text attributes live in HDF5's global heap, which carries no checksum
+    of its own; ``attrs_crc`` (root, layout 5) lets a reader tell a damaged one from what was written."""
+    items = [["/", k, _plain(f.attrs[k])] for k in sorted(f.attrs) if k != "attrs_crc"]
+    items += [[f"tail/{g}", "columns", _plain(f[f"tail/{g}"].attrs["columns"])] for g in GROUPS]
+    items.append(["index/steps", "fields", _plain(f["index/steps"].attrs["fields"])])
+    return zlib.crc32(json.dumps(items, sort_keys=True, ensure_ascii=True, default=str).encode())
+
+
+def _commit_row(step: int, states: list[tuple[int, int, int]], ends: Mapping[int, int], flags: int) -> list[int]:
+    """A row of ``/index/steps`` (``INDEX_FIELDS``): the groups' states, tensor buffer ends, flags, tail crcs,
+    then the crc32 of all that and the commit marker."""
+    row = [step]
+    for length, slot, _ in states:
+        row += (length, slot)
+    row += [ends[w] for w in TENSOR_WIDTHS]
+    row.append(flags)
+    row += [crc for _, _, crc in states]
+    row.append(zlib.crc32(np.asarray(row, "<i8").tobytes()))
+    row.append(COMMIT_MAGIC)
+    return row
 
 
 def _write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: int) -> None:
@@ -591,6 +639,7 @@ class DumpWriter:
                                            chunks=(INDEX_BLOCK, k), track_times=False)
             self._index.attrs["fields"] = json.dumps(INDEX_FIELDS)
             self._index.attrs["commit_magic"] = COMMIT_MAGIC
+            a["attrs_crc"] = attrs_digest(f)  # last: SWMR allows no attribute changes after this flush
             f.flush()
             if swmr:
                 f.swmr_mode = True
@@ -915,10 +964,7 @@ class DumpWriter:
         f.flush()
         self._write_drops()  # steps dropped before this one, with the lengths they left (the committed ones)
         # Commit: one index row naming every table's extent; a reader ignores anything beyond it.
-        row = [step]
-        for name, grp in g.items():
-            row += list(staged.get(name, (grp.length, grp.slot)))
-        row += [ends[w] for w in TENSOR_WIDTHS] + [flags, COMMIT_MAGIC]
+        row = _commit_row(step, [staged.get(name) or grp.state() for name, grp in g.items()], ends, flags)
         i = self._rows
         try:
             self._append_index(row)
@@ -978,14 +1024,10 @@ class DumpWriter:
 
     def _write_drops(self) -> None:
         """Write the pending dropped-step marks into reserved rows of the index."""
-        g = self._groups
+        states = [grp.state() for grp in self._groups.values()]
         while self._pending_drops:
             step, flags = self._pending_drops[0]
-            row = [step]
-            for grp in g.values():
-                row += [grp.length, grp.slot]
-            row += [self._buffer_ends[w] for w in TENSOR_WIDTHS] + [flags, COMMIT_MAGIC]
-            self._append_index(row)
+            self._append_index(_commit_row(step, states, self._buffer_ends, flags))
             del self._pending_drops[0]
 
     def close(self) -> None:
