@@ -414,6 +414,7 @@ class _Tails:
         self._slots: dict[tuple[str, int], Any] = dict(taken.slots) if taken else {}
         self.from_main: set[str] = set(taken.moved) if taken else set()
         self._located: dict[str, tuple[h5py.Dataset, Any]] = {}  # path -> _locate(path)
+        self._records: dict[str, tuple[h5py.Dataset, np.dtype]] = {}  # group -> its tail and record type
 
     def main_rows(self, group: str, length: int, chunk: int) -> int:
         """How many of a group's first ``length`` rows are read from its main datasets: the whole chunks, or
@@ -518,6 +519,20 @@ class _Tails:
             if tail.ndim != 3 or tail.shape[0] != 2 or j >= tail.shape[1]:
                 raise ValueError(f"dataset tail/{group}/{dtype} has an unexpected shape {tail.shape}")
             return tail, j
+        tail, record = self._record_tail(group)
+        if path not in record.names:
+            raise ValueError(f"dataset tail/{group} does not list the column {path}")
+        return tail, (path, record)
+
+    def _record_tail(self, group: str) -> tuple[h5py.Dataset, np.dtype]:
+        """A group's tail of records and its record type, parsed and checked once per file read (each of the
+        group's columns needs them: 34 for calls)."""
+        got = self._records.get(group)
+        if got is None:
+            got = self._records[group] = self._parse_record_tail(group)
+        return got
+
+    def _parse_record_tail(self, group: str) -> tuple[h5py.Dataset, np.dtype]:
         tail = _dataset(self.f, f"tail/{group}")
         try:
             pairs = [(str(p), str(t)) for p, t in json.loads(tail.attrs["columns"])]
@@ -531,11 +546,9 @@ class _Tails:
             record = np.dtype(pairs)
         except (ValueError, TypeError) as e:
             raise ValueError(f"dataset tail/{group}: its columns attribute is not a record layout ({e})") from None
-        if path not in record.names:
-            raise ValueError(f"dataset tail/{group} does not list the column {path}")
         if tail.ndim != 3 or tail.shape[0] != 2 or tail.shape[2] != record.itemsize:
             raise ValueError(f"dataset tail/{group} has shape {tail.shape}, expected (2, chunk, {record.itemsize})")
-        return tail, (path, record)
+        return tail, record
 
 
 def _read_rows(f: h5py.File, tails: _Tails, path: str, length: int, slot: int,
