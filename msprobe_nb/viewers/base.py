@@ -25,6 +25,10 @@ from .viewer_widgets import ViewerWidgets
 
 __all__ = ["BaseViewer"]
 
+#: columns the grid's colours and flags read, besides those it shows
+_PAYLOAD_COLUMNS = ("call", "result", "match", "near_zero", "nan_count", "posinf_count", "neginf_count", "max",
+                    "min", "mean", "norm", "diverges", "nan_inf_match")
+
 
 class BaseViewer:
     """Shared logic of the viewers: state, filtered/sorted positions, paging, selection, widgets."""
@@ -122,12 +126,28 @@ class BaseViewer:
         """What the data grid draws for the current page (:func:`~msprobe_nb.viewers.table.page_payload`),
         plus ``page`` and ``scroll_to`` (the first row of the selected call when ``scroll``, else -1)."""
         s = self.state
-        p = page_payload(self.rows, self.columns, start=s.page * s.page_size, thresholds=self.thresholds,
+        pos = self._table_view.page_positions()
+        arrays = self._page_arrays()
+        page = pd.DataFrame({c: a[pos] for c, a in arrays.items()}, index=self.table.index[pos])
+        p = page_payload(page, self.columns, start=s.page * s.page_size, thresholds=self.thresholds,
+                         numeric=self._numeric,
                          selected=s.selected, marked=self._mark_call(), sort_by=s.sort_by, ascending=s.ascending)
         p["page"] = s.page
         p["scroll_to"] = p["selected"][0] if scroll and p["selected"] else -1
         p["empty"] = "no rows pass the filters" if self.n_rows == 0 else ""
         return p
+
+    def _page_arrays(self) -> dict[str, np.ndarray]:
+        """The columns a grid page reads, as numpy arrays made once (a page is then 50 fancy-indexings, not
+        a pandas take over the whole table)."""
+        if getattr(self, "_arrays", None) is None:
+            t = self.table
+            need = [c for c in dict.fromkeys([*self.columns, *_PAYLOAD_COLUMNS]) if c in t.columns]
+            self._numeric = {c for c in need if pd.api.types.is_numeric_dtype(t[c].dtype)
+                             and not pd.api.types.is_bool_dtype(t[c].dtype)}
+            self._arrays = {c: (t[c].to_numpy(dtype=float, na_value=np.nan) if c in self._numeric
+                                and pd.api.types.is_float_dtype(t[c].dtype) else t[c].to_numpy()) for c in need}
+        return self._arrays
 
     def model_tree(self) -> list[TreeNode]:
         """The module calls of the table as a tree, worst verdict per node, the divergence's path marked

@@ -5,6 +5,7 @@
   column, and sends back a click on a row (``{"event": "row", "pos": i}``) or on a header
   (``{"event": "sort", "column": c}``).
 * :func:`live_text`: a text box that applies as you type (debounced in the browser, Enter applies at once).
+* :func:`html_pane`: HTML shown as it is (the call's detail: no typesetting pass over it);
 * :func:`tree_view`: the model tree (:func:`~msprobe_nb.viewers.tree.tree_payload`), collapsible in the
   browser; a click on a node sends ``{"event": "node", "id": call}``.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GRID_CSS", "available", "data_grid", "live_text", "tree_view"]
+__all__ = ["GRID_CSS", "available", "data_grid", "html_pane", "live_text", "tree_view"]
 
 _classes: dict[str, Any] | None = None
 
@@ -236,6 +237,25 @@ _TREE_CSS = """
 """
 
 
+_PANE_ESM = r"""
+function render({ model, el }) {
+  el.classList.add("msnb-pane");
+  const draw = () => { el.innerHTML = model.get("value"); };
+  model.on("change:value", draw);
+  draw();
+}
+export default { render };
+"""
+
+_PANE_CSS = """
+.msnb-pane{font-size:var(--jp-widgets-font-size,13px);overflow:auto;max-width:100%}
+.msnb-pane .msnb-t{border-collapse:collapse;font:12px monospace}
+.msnb-pane .msnb-t th{background:#eee;text-align:left;padding:2px 6px;border-bottom:1px solid #999}
+.msnb-pane .msnb-t td{padding:1px 6px;border-bottom:1px solid #eee;white-space:nowrap;max-width:40em;
+  overflow:hidden;text-overflow:ellipsis}
+"""
+
+
 def _load() -> dict[str, Any] | None:
     """The widget classes, defined on first use (None where anywidget is not installed)."""
     global _classes
@@ -301,7 +321,14 @@ def _load() -> dict[str, Any] | None:
             """As if node ``call`` were clicked in the browser."""
             self._on_msg(self, {"event": "node", "id": call}, [])
 
-    _classes = {"DataGrid": DataGrid, "LiveText": LiveText, "TreeView": TreeView}
+    class HtmlPane(anywidget.AnyWidget):
+        """HTML drawn as it is (no math typesetting pass, unlike ipywidgets' HTML): the detail pane."""
+
+        _esm = _PANE_ESM
+        _css = _PANE_CSS
+        value = T.Unicode("").tag(sync=True)
+
+    _classes = {"DataGrid": DataGrid, "LiveText": LiveText, "TreeView": TreeView, "HtmlPane": HtmlPane}
     return _classes
 
 
@@ -318,6 +345,11 @@ def data_grid(**kw: Any):
 def live_text(**kw: Any):
     c = _load()
     return c["LiveText"](**kw) if c else None
+
+
+def html_pane(**kw: Any):
+    c = _load()
+    return c["HtmlPane"](**kw) if c else None
 
 
 def tree_view(**kw: Any):

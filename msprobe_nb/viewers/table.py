@@ -160,9 +160,21 @@ class TableIndex:
                     want.add(int(v))
                 except ValueError:
                     pass
-        lut = np.array([u in want or (isinstance(u, (np.integer, int)) and int(u) in want) for u in uniq] + [False],
-                       dtype=bool)
+        lut = np.zeros(len(uniq) + 1, dtype=bool)
+        if len(want) < 64:  # a few values (a call, a module's calls): look their codes up
+            where = self._where(col)
+            hit = [i for v in want for i in [where.get(v)] if i is not None]
+            lut[hit] = True
+        else:
+            lut[:-1] = [u in want for u in uniq]
         return lut[codes]
+
+    def _where(self, col: str) -> dict:
+        """value -> code of a column (cached); equal values (``3`` and ``np.int64(3)``) find the same code."""
+        cache = self.__dict__.setdefault("_where_cache", {})
+        if col not in cache:
+            cache[col] = {u: i for i, u in enumerate(self.codes(col)[1].tolist())}
+        return cache[col]
 
     def text_mask(self, col: str, pattern: str, regex: bool = False) -> tuple[np.ndarray, str | None]:
         """Rows whose ``col`` contains ``pattern`` (a regex when ``regex``; an invalid one falls back to text)."""
@@ -277,23 +289,42 @@ class TableIndex:
         return m, msgs
 
     def order(self, positions: np.ndarray, by: str | None = None, ascending: bool = True) -> np.ndarray:
-        """``positions`` reordered by column ``by`` (stable, missing values last); table order when None."""
+        """``positions`` reordered by column ``by`` (stable, missing values last); table order when None.
+
+        The whole table's order for (``by``, ``ascending``) is computed once and cached; a subset is that order
+        restricted to it (the same as a stable sort of the subset, in O(n))."""
         if not by:
             return positions if ascending else positions[::-1]
         if not self.has(by):
             raise KeyError(f"cannot sort: no column {by!r}")
+        full = self._full_order(by, bool(ascending))
+        n = len(self.df)
+        positions = np.asarray(positions)
+        if len(positions) == n:
+            return full
+        keep = np.zeros(n, dtype=bool)
+        keep[positions] = True
+        return full[keep[full]]
+
+    def _full_order(self, by: str, ascending: bool) -> np.ndarray:
+        cache = self.__dict__.setdefault("_order_cache", {})
+        if (by, ascending) in cache:
+            return cache[(by, ascending)]
         s = self.df[by] if by in self.df.columns else None
         if s is not None and (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)) \
                 and not isinstance(s.dtype, pd.CategoricalDtype):
-            v = s.to_numpy(dtype=float, na_value=np.nan)[positions]
-            key = v if ascending else -v
-            key = np.where(np.isnan(key), np.inf, key)
-            nan_last = np.isnan(v).astype(np.int8)
-            return positions[np.lexsort((key, nan_last))]
-        codes = self.codes(by)[0][positions]
-        big = np.iinfo(np.int64).max
-        key = np.where(codes < 0, big, codes if ascending else -codes)
-        return positions[np.argsort(key, kind="stable")]
+            v = s.to_numpy(dtype=float, na_value=np.nan)
+            nan = np.isnan(v)
+            key = np.where(nan, np.inf, v if ascending else -v)
+            o = np.argsort(key, kind="stable")
+            if nan.any():  # missing values last, after any +inf (in table order, like the rest)
+                o = np.concatenate([o[~nan[o]], o[nan[o]]])
+        else:
+            codes = self.codes(by)[0]
+            big = np.iinfo(np.int64).max
+            o = np.argsort(np.where(codes < 0, big, codes if ascending else -codes), kind="stable")
+        cache[(by, ascending)] = o
+        return o
 
 
 # ------------------------------------------------------------------------------------------ pure functions
@@ -495,18 +526,20 @@ def row_verdicts(page: pd.DataFrame) -> list[str]:
 
 def page_payload(page: pd.DataFrame, columns: list[str], *, start: int = 0, thresholds: Any = None,
                  selected: str | None = None, marked: str | None = None, sort_by: str | None = None,
-                 ascending: bool = True, frozen: str | None = None) -> dict[str, Any]:
+                 ascending: bool = True, frozen: str | None = None,
+                 numeric: set[str] | None = None) -> dict[str, Any]:
     """What the data grid draws for one page, as plain JSON-able data (no widgets).
 
     ``columns``: [{key, num, frozen}]; ``rows``: the cells as text (:func:`format_value`); ``pos``: each
     row's position in the filtered, sorted view (the ``#`` column); ``verdict``: :func:`row_verdicts`;
     ``flags``: per row, the indices of the cells beyond a threshold; ``selected`` / ``marked``: indices of the
-    rows of the selected call / of the first divergence; ``sort``: [column, ascending] or None.
+    rows of the selected call / of the first divergence; ``sort``: [column, ascending] or None;
+    ``numeric``: the columns to align as numbers (default: those of numeric dtype in ``page``).
     """
     cols = [c for c in columns if c in page.columns]
     frozen = frozen if frozen in cols else next((c for c in NAME_COLUMNS if c in cols), None)
-    num = {c for c in cols if pd.api.types.is_numeric_dtype(page[c].dtype)
-           and not pd.api.types.is_bool_dtype(page[c].dtype)}
+    num = numeric if numeric is not None else {c for c in cols if pd.api.types.is_numeric_dtype(page[c].dtype)
+                                               and not pd.api.types.is_bool_dtype(page[c].dtype)}
     fl = cell_flags(page, thresholds)[cols].to_numpy(dtype=bool)
     if "result" in cols:  # the verdict cell has its own colour (see grid_widget.GRID_CSS)
         fl[:, cols.index("result")] = False

@@ -151,7 +151,8 @@ class ViewerWidgets:
                                      layout=fixed("8em"))
         w["pick_text"] = W.Text(placeholder="go to a call by name, Enter", continuous_update=False,
                                 layout=fixed("18em"))
-        w["detail"] = W.HTML(layout=lay(max_width="100%", overflow="auto"))
+        w["detail"] = G.html_pane(layout=lay(max_width="100%")) or W.HTML(layout=lay(max_width="100%",
+                                                                                   overflow="auto"))
         w["detail_row"] = W.Dropdown(options=[], description="tensor", style=auto,
                                      layout=lay(width="auto", max_width="100%", display="none"))
         w["detail_img"] = W.Image(format="png", layout=lay(display="none", max_width="100%"))
