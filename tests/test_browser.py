@@ -1,12 +1,17 @@
-"""A real browser runs a tutorial notebook in JupyterLab and shows the CompareViewer's table and plots.
+"""A real browser drives the viewers in JupyterLab: the tutorial notebook renders, and the grid, the live
+filter and the model tree answer clicks and typing, at 900 px and at 1400 px wide.
 
-JupyterLab serves a temporary copy of notebooks/02_compare_npu_vs_bench.ipynb on 127.0.0.1. Headless
-Chromium (Debian's /usr/bin/chromium, driven by Playwright) opens it, runs every cell in a live kernel,
-and checks that the CompareViewer renders table rows and, in its Plots tab, its plot images. Screenshots
-are saved under test-artifacts/browser/ and their paths are printed.
+JupyterLab serves temporary notebooks on 127.0.0.1: a copy of notebooks/02_compare_npu_vs_bench.ipynb, and
+one that opens a CompareViewer on the sample dumps under data/samples. Headless Chromium (Debian's
+/usr/bin/chromium, driven by Playwright) runs them in a live kernel and checks what a user sees: a click on
+a row changes the detail, a click on a header changes the order, typing a filter (no Enter) changes the
+rows, a click on a tree node filters the grid; buttons are not cut and the verdict buttons stay on one
+line. Screenshots are saved under test-artifacts/browser/ and their paths are printed.
 
 Needs: ``apt-get install chromium`` and ``pip install jupyterlab playwright`` (never ``playwright install``:
-the test uses the system Chromium). Without any of them, the test is skipped and says which is missing.
+the test uses the system Chromium), and anywidget for the grid (the ``[browser]`` extra has all three but
+Chromium). Without any of them, the tests are skipped and say which is missing. The same harness
+(:class:`Lab`) serves ``benchmarks/bench_viewers.py --browser``.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage"]
 SERVER_START_S = 90
 RUN_ALL_S = 240
+WIDTHS = (900, 1400)
 
 
 def _chromium() -> str | None:
@@ -42,7 +48,7 @@ def _chromium() -> str | None:
     return None
 
 
-def _requirements() -> tuple[str, object]:
+def _requirements(notebook: Path | None = NOTEBOOK, grid: bool = False) -> tuple[str, object]:
     chromium = _chromium()
     if chromium is None:
         pytest.skip("headless Chromium is not installed (apt-get install chromium)")
@@ -55,8 +61,14 @@ def _requirements() -> tuple[str, object]:
         import jupyterlab  # noqa: F401
     except ImportError:
         pytest.skip("JupyterLab is not installed (pip install jupyterlab)")
-    if not NOTEBOOK.is_file():
-        pytest.skip(f"{NOTEBOOK} is missing")
+    if notebook is not None and not notebook.is_file():
+        pytest.skip(f"{notebook} is missing")
+    if grid:
+        try:
+            import anywidget  # noqa: F401
+        except ImportError:
+            pytest.skip("anywidget is not installed (pip install anywidget, or the [browser] extra): "
+                        "the viewers show their plain-ipywidgets fallback, which has no grid to click")
     return chromium, sync_playwright
 
 
@@ -127,39 +139,94 @@ def _start_jupyterlab(root: Path, port: int, token: str, home: Path) -> tuple[su
     return proc, log
 
 
+class Lab:
+    """JupyterLab on 127.0.0.1 over a temporary folder, and a headless Chromium to look at it.
+
+    ``with Lab(tmp, chromium, sync_playwright) as lab: page = lab.open(notebook, width)``: ``open`` copies or
+    writes the notebook into the served folder, opens it at that viewport width and runs every cell. Open
+    one notebook per Lab: JupyterLab brings an earlier notebook's tab back beside a later one.
+    """
+
+    def __init__(self, home: Path, chromium: str, sync_playwright):
+        self.home, self.chromium, self._sp = home, chromium, sync_playwright
+        self.root = home / "lab"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port, self.token = _free_port(), uuid.uuid4().hex
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = self.log = self._pw = self.browser = None
+
+    def __enter__(self) -> Lab:
+        self.proc, self.log = _start_jupyterlab(self.root, self.port, self.token, self.home)
+        try:
+            _wait_for_server(f"{self.base}/api/status?token={self.token}", self.proc, self.log, SERVER_START_S)
+            self._pw = self._sp().start()
+            self.browser = self._pw.chromium.launch(executable_path=self.chromium, headless=True,
+                                                    args=CHROMIUM_FLAGS, timeout=60_000)  # a fresh profile
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.browser is not None:
+                self.browser.close()
+            if self._pw is not None:
+                self._pw.stop()
+        finally:
+            _stop(self.proc)
+
+    def open(self, notebook: Path | dict, width: int, height: int = 1600, name: str | None = None):
+        """A new page with ``notebook`` (a path, or notebook JSON) open and run; returns the page."""
+        if isinstance(notebook, dict):
+            name = name or "viewer.ipynb"
+            (self.root / name).write_text(json.dumps(notebook), encoding="utf-8")
+            cells = notebook["cells"]
+        else:
+            name = name or notebook.name
+            shutil.copy(notebook, self.root / name)
+            cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        page = self.browser.new_page(viewport={"width": width, "height": height})
+        page.set_default_timeout(60_000)
+        n_code = sum(c["cell_type"] == "code" for c in cells)
+        try:
+            _run_notebook(page, f"{self.base}/lab/tree/{name}?token={self.token}", n_code)
+        except BaseException:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            _failure_shot(page, f"failure_{Path(name).stem}.png")
+            raise
+        return page
+
+
+def notebook_json(*sources: str) -> dict:
+    """A notebook of code cells (Python 3 kernel)."""
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "cells": [{"cell_type": "code", "id": uuid.uuid4().hex[:8], "metadata": {}, "execution_count": None,
+                       "outputs": [], "source": src} for src in sources]}
+
+
+def _failure_shot(page, name: str = "failure.png") -> None:
+    failed = ARTIFACTS / name
+    try:
+        page.screenshot(path=str(failed), full_page=True, timeout=15_000)
+        print(f"screenshot of the failure: {failed}")
+    except Exception:  # noqa: BLE001 - the original failure matters more
+        pass
+
+
 def test_compare_viewer_renders_in_jupyterlab(tmp_path):
     chromium, sync_playwright = _requirements()
-    root = tmp_path / "lab"
-    root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    port, token = _free_port(), uuid.uuid4().hex
-    proc, log = _start_jupyterlab(root, port, token, tmp_path)
-    base = f"http://127.0.0.1:{port}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "failure.png").unlink(missing_ok=True)
     shots: list[Path] = []
-    try:
-        _wait_for_server(f"{base}/api/status?token={token}", proc, log, SERVER_START_S)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS,
-                                         timeout=60_000)  # a fresh, temporary profile
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 2200})
-                page.set_default_timeout(60_000)
-                try:
-                    _run_notebook_and_check(page, f"{base}/lab/tree/{NOTEBOOK.name}?token={token}", shots)
-                except BaseException:
-                    failed = ARTIFACTS / "failure.png"
-                    try:
-                        page.screenshot(path=str(failed), full_page=True, timeout=15_000)
-                        print(f"screenshot of the failure: {failed}")
-                    except Exception:  # noqa: BLE001 - the original failure matters more
-                        pass
-                    raise
-            finally:
-                browser.close()
-    finally:
-        _stop(proc)
+    with Lab(tmp_path, chromium, sync_playwright) as lab:
+        page = lab.open(NOTEBOOK, 1400, 2200)
+        try:
+            _check_tutorial(page, shots)
+        except BaseException:
+            _failure_shot(page)
+            raise
     for s in shots:
         print(f"screenshot: {s}")
 
@@ -181,11 +248,11 @@ def _run_all(page) -> None:
     page.locator(".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
 
-def _run_notebook_and_check(page, url: str, shots: list[Path]) -> None:
+def _run_notebook(page, url: str, n_code: int) -> None:
+    """Open ``url`` and run all of its ``n_code`` code cells in a live kernel; fail on a traceback."""
     page.goto(url, wait_until="domcontentloaded")
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="visible", timeout=90_000)
     # a live kernel: Run > Run All Cells once it is idle; accept a "Select Kernel" dialog whenever one shows
-    n_code = sum(c["cell_type"] == "code" for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"])
     idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
     status = page.locator(".jp-StatusBar-Widget", has_text="Idle")  # "Python 3 (ipykernel) | Idle"
     deadline = time.monotonic() + 90
@@ -216,17 +283,19 @@ def _run_notebook_and_check(page, url: str, shots: list[Path]) -> None:
     tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t]
     assert not tracebacks, f"a cell failed in the browser:\n{tracebacks[0][:3000]}"
 
-    viewer = page.locator(".jp-OutputArea-output .widget-vbox", has_text="CompareViewer").first
+
+def _check_tutorial(page, shots: list[Path]) -> None:
+    viewer = page.locator(".jp-OutputArea-output .msnb-viewer", has_text="CompareViewer").first
     viewer.wait_for(state="visible", timeout=60_000)
     viewer.scroll_into_view_if_needed()
 
-    # the Table tab: rows of the comparison, with verdicts
+    # the Table tab: rows of the comparison, with verdicts; it opens on the first divergence
     rows = viewer.locator("table tbody tr")
     rows.first.wait_for(state="visible", timeout=30_000)
     n_rows = rows.count()
     assert n_rows >= 10, f"the CompareViewer table shows {n_rows} rows"
     table_text = viewer.locator("table").first.inner_text()
-    assert "pass" in table_text and "Functional.embedding.0.forward" in table_text, table_text[:1000]
+    assert "pass" in table_text and "Tensor.__matmul__.0.forward" in table_text, table_text[:1000]
     header = viewer.inner_text()
     assert "first divergence: Tensor.__matmul__.0.forward" in header, header[:1500]
     shot = ARTIFACTS / "compare_viewer_table.png"
@@ -245,3 +314,138 @@ def _run_notebook_and_check(page, url: str, shots: list[Path]) -> None:
     shot = ARTIFACTS / "compare_viewer_plots.png"
     viewer.screenshot(path=str(shot), timeout=30_000)
     shots.append(shot)
+
+
+# ------------------------------------------------------------------------------------------ interactions
+SAMPLES = REPO / "data" / "samples"
+VIEWER_CELL = """\
+import os
+import msprobe_nb as mp
+samples = os.path.join(os.environ["MSPROBE_NB_REPO"], "data", "samples")
+result = mp.compare(os.path.join(samples, "denoiser_npu"), os.path.join(samples, "denoiser_bench"))
+viewer = mp.CompareViewer(result, page_size=100)
+viewer"""
+
+#: JavaScript: the grid's rows as {pos, cells} (the texts of each row's cells)
+_GRID_ROWS = """el => [...el.querySelectorAll('.msnb-grid tbody tr')].map(tr => ({pos: tr.dataset.pos,
+  cells: [...tr.querySelectorAll('td')].map(td => td.textContent)}))"""
+_GRID_KEYS = "el => [...el.querySelectorAll('.msnb-grid thead th')].map(th => th.dataset.col)"
+#: JavaScript: buttons whose text does not fit, and toggle-button groups whose buttons are on several lines
+_LAYOUT = """el => {
+  const vis = e => e.offsetParent !== null;
+  const cut = [...el.querySelectorAll('button')].filter(b => vis(b) && b.scrollWidth > b.clientWidth + 1)
+    .map(b => b.textContent.trim());
+  const stacked = [...el.querySelectorAll('.widget-toggle-buttons')].filter(vis).filter(g => {
+    const tops = new Set([...g.querySelectorAll('button')].map(b => Math.round(b.getBoundingClientRect().top)));
+    return tops.size > 1; }).map(g => g.textContent.trim());
+  const wide = el.scrollWidth > el.clientWidth + 2;
+  return {cut, stacked, wide, width: el.clientWidth};
+}"""
+
+
+def _cell_texts(viewer, column: str) -> list[str]:
+    keys = viewer.evaluate(_GRID_KEYS)
+    j = keys.index(column)
+    return [r["cells"][j] for r in viewer.evaluate(_GRID_ROWS)]
+
+
+def _wait_grid(page, viewer, js_condition: str, arg=None, timeout: int = 30_000) -> None:
+    """Wait until ``js_condition(viewerElement, arg)`` holds."""
+    page.wait_for_function(f"([el, arg]) => ({js_condition})(el, arg)", arg=[viewer.element_handle(), arg],
+                           timeout=timeout)
+
+
+def _interact(page, width: int, shots: list[Path]) -> None:
+    viewer = page.locator(".jp-OutputArea-output .msnb-viewer").first
+    viewer.wait_for(state="visible", timeout=60_000)
+    grid = viewer.locator(".msnb-grid").first
+    grid.locator("tbody tr").first.wait_for(state="visible", timeout=30_000)
+    viewer.scroll_into_view_if_needed()
+    time.sleep(0.5)
+    shot = ARTIFACTS / f"viewer_{width}.png"
+    viewer.screenshot(path=str(shot), timeout=30_000)
+    shots.append(shot)
+
+    # the layout holds: no button cut, no verdict buttons stacked, nothing wider than the page
+    lay = viewer.evaluate(_LAYOUT)
+    assert not lay["cut"], f"at {width} px these buttons are cut: {lay['cut']}"
+    assert not lay["stacked"], f"at {width} px these toggle buttons stack: {lay['stacked']}"
+    assert not lay["wide"], f"at {width} px the viewer is wider than its output area: {lay}"
+
+    # it opens on the answer: the first divergence, its fix, its row selected in the grid
+    header = viewer.locator(".msnb-header").first.inner_text()
+    assert "first divergence: Torch.randint.0.forward" in header and "fix:" in header, header[:1000]
+    detail = viewer.locator(".msnb-detail").first
+    assert "Torch.randint.0.forward" in detail.inner_text()
+    assert grid.locator("tbody tr.sel").count() >= 1
+
+    # a click on a row: the detail shows that row's call
+    target = grid.locator("tbody tr[data-pos='40']")
+    call = target.locator("td").nth(1).inner_text().rsplit(".", 2)[0]  # the row's name, less ".output.0"
+    target.click()
+    _wait_grid(page, viewer, "(el, call) => el.querySelector('.msnb-detail h4') && "
+               "el.querySelector('.msnb-detail h4').textContent.includes(call)", call)
+    assert call in detail.inner_text()
+
+    # a click on a header: the order follows the column (ascending, then descending)
+    before = [r["pos"] for r in viewer.evaluate(_GRID_ROWS)][:5]
+    grid.locator("thead th[data-col='err']").click()
+    _wait_grid(page, viewer, "el => [...el.querySelectorAll('.msnb-grid thead th')].some(t => "
+               "t.textContent.includes('err ▲'))")
+    errs = [float(x) if x not in ("", "inf") else float("inf") for x in _cell_texts(viewer, "err")]
+    assert errs == sorted(errs), errs[:20]
+    grid.locator("thead th[data-col='err']").click()
+    _wait_grid(page, viewer, "el => [...el.querySelectorAll('.msnb-grid thead th')].some(t => "
+               "t.textContent.includes('err ▼'))")
+    names = _cell_texts(viewer, "name")
+    assert names[:5] != before, "the order did not change"
+    grid.locator("thead th[data-col='err']").click()  # back to execution order
+
+    # typing a filter, no Enter: the rows change
+    box = viewer.locator(".msnb-live input").first
+    box.click()
+    box.press_sequentially("linear", delay=40)
+    _wait_grid(page, viewer, "el => { const r = [...el.querySelectorAll('.msnb-grid tbody tr')]; "
+               "return r.length > 0 && r.every(tr => tr.textContent.toLowerCase().includes('linear')); }")
+    n_linear = grid.locator("tbody tr").count()
+    assert 0 < n_linear < 100
+    shot = ARTIFACTS / f"viewer_{width}_filtered.png"
+    viewer.screenshot(path=str(shot), timeout=30_000)
+    shots.append(shot)
+    box.fill("")
+    box.press("Enter")
+    _wait_grid(page, viewer, "el => el.querySelectorAll('.msnb-grid tbody tr').length >= 100")
+
+    # a click on a tree node: the grid shows that module's calls, the detail that module call
+    tree = viewer.locator(".msnb-tree").first
+    node = tree.locator(".node[data-id='Module.net.Sequential.forward.0'] .lbl")
+    node.click()
+    _wait_grid(page, viewer, "el => { const r = [...el.querySelectorAll('.msnb-grid tbody tr')]; "
+               "return r.length > 0 && r.length < 40; }")
+    names = _cell_texts(viewer, "name")
+    assert all(n.startswith(("Module.net.", "Functional.linear.", "Functional.gelu.")) for n in names), names
+    _wait_grid(page, viewer, "el => el.querySelector('.msnb-detail').textContent"
+               ".includes('Module.net.Sequential.forward.0')")
+    child = tree.locator(".node[data-id='Module.net.2.Linear.forward.0']")
+    assert child.count() == 1 and child.is_visible()  # the node opened on the click
+    shot = ARTIFACTS / f"viewer_{width}_tree.png"
+    viewer.screenshot(path=str(shot), timeout=30_000)
+    shots.append(shot)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_viewer_answers_clicks_and_typing(tmp_path, width):
+    chromium, sync_playwright = _requirements(None, grid=True)
+    if not (SAMPLES / "denoiser_npu").is_dir():
+        pytest.skip(f"{SAMPLES} has no sample dumps")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    with Lab(tmp_path, chromium, sync_playwright) as lab:
+        page = lab.open(notebook_json(VIEWER_CELL), width, 1800)
+        try:
+            _interact(page, width, shots)
+        except BaseException:
+            _failure_shot(page, f"failure_{width}.png")
+            raise
+    for s in shots:
+        print(f"screenshot: {s}")
