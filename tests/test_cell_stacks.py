@@ -24,3 +24,14 @@ print([f for f in mp.load({str(tmp_path / 'd')!r}).stack('Functional.linear.0.fo
     assert "File Cell In[2], line 4, in <module>" in text, text
     assert "requires_grad=False))  # a long line, kept whole" in text
     assert "ipykernel_" not in text
+
+
+def test_the_detail_shows_a_long_source_line_whole():
+    import pandas as pd
+
+    from msprobe_nb.viewers.detail import frames_html
+    code = "x = torch.randint(0, 1000, (x0.shape[0],), device=x0.device, generator=None)  # the key is at the end"
+    html = frames_html(pd.DataFrame([{"file": "Cell In[3]", "line": 12, "func": "<module>", "code": code,
+                                      "user": True}]))
+    assert "device=x0.device, generator=None)  # the key is at the end" in html
+    assert "white-space:pre-wrap" in html  # wrapped, not cut with an ellipsis by the table's cell style

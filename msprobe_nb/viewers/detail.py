@@ -67,7 +67,9 @@ def frames_html(frames: pd.DataFrame, title: str = "stack") -> str:
     internal = []
     for r in frames.itertuples():
         row = (f"<tr><td>{html.escape(str(r.file))}:{r.line}</td><td>{html.escape(str(r.func))}</td>"
-               f"<td><code>{html.escape(str(r.code))}</code></td></tr>")
+               # the source line is shown whole (wrapped), never cut: its end is often the cause
+               f"<td style='white-space:pre-wrap;overflow-wrap:anywhere;max-width:none'>"
+               f"<code>{html.escape(str(r.code))}</code></td></tr>")
         if r.user:
             out.append(row.replace("<tr>", "<tr style='font-weight:bold'>"))
         else:
