@@ -243,8 +243,9 @@ class DumpLock:
 
 
 def lock_held(dump_dir: Path, rank: int) -> bool:
-    """Whether a live process holds rank ``rank`` of ``dump_dir`` (another one than ours: never ask for
-    a lock this process holds, its own flock would not show)."""
+    """Whether a live process, this one included, holds rank ``rank`` of ``dump_dir``. (``flock`` locks belong
+    to an open file, so this process's own lock shows too; the check holds a shared lock for a moment, which
+    ``DumpLock.claim`` allows for by trying again.)"""
     path = _lock_path(dump_dir, rank)
     if fcntl is None:
         try:
