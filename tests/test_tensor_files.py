@@ -38,3 +38,13 @@ def test_a_file_of_another_shape_or_content_is_an_error_not_a_pass():
     # the same files, described truthfully, compare as usual
     ok = _Dump(_rows((128, 64), 1.0, -1.0), {"input.pt": x, "output.pt": x})
     assert set(compare(ok, bench, mode="tensor")["result"]) == {"pass"}
+
+
+def test_compare_leaves_the_dumps_it_is_given_unchanged():
+    rows = _rows((4,), 1.0, -1.0)
+    for r in rows:
+        r["op"] = ""  # msprobe dumps carry no op: compare derives it from the name
+    a, b = _Dump(rows, {}), _Dump(rows, {})
+    before = a.calls.copy()
+    compare(a, b, mode="statistics")
+    pd.testing.assert_frame_equal(a.calls, before)

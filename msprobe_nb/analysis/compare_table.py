@@ -61,7 +61,7 @@ def _bools(s: pd.Series) -> np.ndarray:
 
 
 def _ops(df: pd.DataFrame) -> np.ndarray:
-    op = _obj(df["op"])
+    op = _obj(df["op"]).copy()  # a copy: to_numpy may hand out the frame's own array, which is the caller's
     empty = op == ""
     if empty.any():
         calls = _obj(df["call"])
