@@ -42,6 +42,7 @@ from msprobe_nb.store.hdf5_writer import (
     STORED_COLUMNS,
     TENSOR_WIDTHS,
     attrs_digest,
+    plain_attr,
 )
 from msprobe_nb.store.schema import COLUMNS, SCHEMA_VERSION, DumpParts, coerce_calls
 
@@ -174,13 +175,7 @@ def _swmr_fapl() -> h5p.PropFAID:
 
 
 def _attr(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return v
+    return plain_attr(v, "replace")
 
 
 def _check_header(f: h5py.File, path: Path) -> dict[str, Any]:

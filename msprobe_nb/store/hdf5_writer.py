@@ -492,10 +492,11 @@ def _write_tail(ds: h5py.Dataset, slot: int, start: int, raw: np.ndarray) -> Non
     _write_at(ds, (slot, start, 0), raw.reshape(1, *raw.shape))
 
 
-def _plain(v: Any) -> Any:
-    """An attribute value as plain JSON: text, numbers, lists."""
+def plain_attr(v: Any, errors: str = "surrogateescape") -> Any:
+    """An attribute value as plain JSON: text, numbers, lists. The digest decodes losslessly (a damaged byte
+    must change it); the reader decodes with ``errors="replace"`` to show text."""
     if isinstance(v, bytes):
-        return v.decode("utf-8", "surrogateescape")
+        return v.decode("utf-8", errors)
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, np.generic):
@@ -507,9 +508,9 @@ def attrs_digest(f: h5py.File) -> int:
     """crc32 of the attributes readers rely on: every root attribute but ``attrs_crc`` itself, the record layout
     of each tail and the index's fields. Text attributes live in HDF5's global heap, which carries no checksum
     of its own; ``attrs_crc`` (root, layout 5) lets a reader tell a damaged one from what was written."""
-    items = [["/", k, _plain(f.attrs[k])] for k in sorted(f.attrs) if k != "attrs_crc"]
-    items += [[f"tail/{g}", "columns", _plain(f[f"tail/{g}"].attrs["columns"])] for g in GROUPS]
-    items.append(["index/steps", "fields", _plain(f["index/steps"].attrs["fields"])])
+    items = [["/", k, plain_attr(f.attrs[k])] for k in sorted(f.attrs) if k != "attrs_crc"]
+    items += [[f"tail/{g}", "columns", plain_attr(f[f"tail/{g}"].attrs["columns"])] for g in GROUPS]
+    items.append(["index/steps", "fields", plain_attr(f["index/steps"].attrs["fields"])])
     return zlib.crc32(json.dumps(items, sort_keys=True, ensure_ascii=True, default=str).encode())
 
 
