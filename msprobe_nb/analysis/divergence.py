@@ -176,15 +176,17 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
     hit = np.flatnonzero(in_div | out_div)
     if len(hit) == 0:
         return None
-    parents = _parent_codes(g, codes, uniq)
+    code_of = {c: i for i, c in enumerate(uniq)}  # call name -> its code, for the producer walks
+    parents = _parent_codes(g, codes, code_of)
     c0 = _innermost(hit, parents)
     producer = g["producer"].astype(object).fillna("").to_numpy() if "producer" in g.columns else None
     kinds = g["kind"].astype(object).fillna("").to_numpy() if "kind" in g.columns else np.full(len(g), "tensor")
     rows0 = np.flatnonzero(codes == c0)
-    drawn = _draw_behind(c0, rows0, div, is_in, producer, uniq, g)
+    drawn = _draw_behind(c0, rows0, div, is_in, producer, codes, code_of, g)
     if drawn is not None:
         c0, rows0 = drawn, np.flatnonzero(codes == drawn)
-    extra = None if drawn is not None or not in_div[c0] else _extra_behind(c0, rows0, div, is_in, producer, uniq, g)
+    extra = None if drawn is not None or not in_div[c0] else _extra_behind(c0, rows0, div, is_in, producer,
+                                                                                          codes, code_of, g)
     if extra is not None:
         consumer, c0, rows0 = str(uniq[c0]), extra, np.flatnonzero(codes == extra)
     root = str(uniq[c0])
@@ -246,14 +248,13 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
                       modules=_modules(g, root))
 
 
-def _parent_codes(g: pd.DataFrame, codes: np.ndarray, uniq: np.ndarray) -> np.ndarray:
+def _parent_codes(g: pd.DataFrame, codes: np.ndarray, code_of: dict[str, int]) -> np.ndarray:
     """Code of each call's enclosing call (its module, from the ``parent`` column); -1 for none or unknown."""
-    out = np.full(len(uniq), -1, dtype=np.int64)
+    out = np.full(len(code_of), -1, dtype=np.int64)
     if "parent" not in g.columns:
         return out
     _, first = np.unique(codes, return_index=True)
     parent = g["parent"].astype(object).fillna("").to_numpy()[first]
-    code_of = {c: i for i, c in enumerate(uniq)}
     for i, p in enumerate(parent):
         out[i] = code_of.get(p, -1) if p else -1
     return out
@@ -275,7 +276,7 @@ def _innermost(hit: np.ndarray, parents: np.ndarray) -> int:
 
 
 def _draw_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray, producer: np.ndarray | None,
-                 uniq: np.ndarray, g: pd.DataFrame, limit: int = 2000) -> int | None:
+                 codes: np.ndarray, code_of: dict[str, int], g: pd.DataFrame, limit: int = 2000) -> int | None:
     """A random draw upstream of call ``c0`` whose generator state differs between the runs although its own
     statistics agree (a permutation keeps max, min, mean and norm, and so do the rows it reorders): that draw
     is the root, not the first call whose statistics show the difference. Walks the producers of ``c0``'s
@@ -286,14 +287,10 @@ def _draw_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray,
     bs = g["bench_rng_state"].astype(object).fillna("").to_numpy()
     if not (ns != "").any():
         return None
-    calls = g["call"].astype(object).to_numpy()
-    code_of = {c: i for i, c in enumerate(uniq)}
     inputs: dict[int, list[str]] = {}
-    state_differs: set[int] = set()
     for i in np.flatnonzero(is_in & (producer != "")):
-        inputs.setdefault(code_of[calls[i]], []).append(producer[i])
-    for i in np.flatnonzero((ns != "") & (bs != "") & (ns != bs)):
-        state_differs.add(code_of[calls[i]])
+        inputs.setdefault(int(codes[i]), []).append(producer[i])
+    state_differs = set(codes[(ns != "") & (bs != "") & (ns != bs)].tolist())
     if not state_differs:
         return None
     bad = rows0[div[rows0] & is_in[rows0]]
@@ -313,25 +310,24 @@ def _draw_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray,
 
 
 def _extra_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray, producer: np.ndarray | None,
-                  uniq: np.ndarray, g: pd.DataFrame) -> int | None:
+                  codes: np.ndarray, code_of: dict[str, int], g: pd.DataFrame) -> int | None:
     """The earliest call made in the NPU run only (no row of it matched) in the chain of producers of call
     ``c0``'s diverging inputs: a cast, a round trip or an extra step that only one side's code makes."""
     if producer is None or "match" not in g.columns:
         return None
-    calls = g["call"].astype(object).to_numpy()
     match = g["match"].astype(object).to_numpy()
-    code_of = {c: i for i, c in enumerate(uniq)}
     bad = rows0[div[rows0] & is_in[rows0]]
     found = None
     todo = [p for p in dict.fromkeys(producer[bad]) if p]
     seen = set(todo)
     while todo and len(seen) < 256:
         p = todo.pop(0)
-        at = np.flatnonzero(calls == p)
+        c = code_of.get(p)
+        at = np.flatnonzero(codes == c) if c is not None else ()
         if not len(at) or not np.all(match[at] == "npu_only"):
             continue
-        if found is None or code_of[p] < found:
-            found = code_of[p]
+        if found is None or c < found:
+            found = c
         for q in producer[at[is_in[at]]]:
             if q and q not in seen:
                 seen.add(q)
