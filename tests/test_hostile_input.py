@@ -70,11 +70,12 @@ def test_cli_export_of_escaping_record_name_stays_in_output_folder(tmp_path: Pat
 def _kit_dump(names: list[str]) -> Dump:
     """A tensor-mode dump as the kit holds it (data_name "step0/<row name>") with the given row names."""
     n = len(names)
+    # object columns: where pyarrow is installed pandas infers pyarrow-backed text, which refuses lone surrogates
     calls = coerce_calls(pd.DataFrame({
         "call_index": list(range(n)), "call": names, "name": [f"{c}.input.0" for c in names],
         "io": ["input"] * n, "arg": ["0"] * n, "direction": ["forward"] * n, "family": ["Torch"] * n,
         "kind": ["tensor"] * n, "dtype": ["torch.float32"] * n, "shape": [(1,)] * n, "numel": [1] * n,
-        "max": [float(i) for i in range(n)], "data_name": [f"step0/{c}.input.0" for c in names]}))
+        "max": [float(i) for i in range(n)], "data_name": [f"step0/{c}.input.0" for c in names]}, dtype=object))
     table = {f"step0/{c}.input.0": torch.tensor([float(i)]) for i, c in enumerate(names)}
     return Dump(DumpParts(calls=calls, meta={"task": "tensor", "level": "L1"}, tensor_loader=table.__getitem__))
 
@@ -327,7 +328,7 @@ def _kit_file(tmp_path: Path) -> Path:
 def _poke(f: Path, row: int, field: str, value: int) -> None:
     import h5py
 
-    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS
+    from msprobe_nb.store.hdf5_layout import INDEX_FIELDS
 
     with h5py.File(f, "r+") as h:
         h["index/steps"][row, INDEX_FIELDS.index(field)] = value
@@ -371,8 +372,8 @@ def test_index_extent_beyond_the_file_is_refused(tmp_path: Path):
 def test_calls_extent_of_fill_values_is_refused(tmp_path: Path):
     import h5py
 
+    from msprobe_nb.store.hdf5_layout import GROUPS
     from msprobe_nb.store.hdf5_reader import read_hdf5
-    from msprobe_nb.store.hdf5_writer import GROUPS
 
     f = _kit_file(tmp_path)
     with h5py.File(f, "r+") as h:  # every calls column claims 10**8 rows, none of them stored

@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 import torch
 
+from msprobe_nb.store.hdf5_layout import GROUPS
 from msprobe_nb.store.hdf5_reader import DumpFormatError, is_hdf5_dump, read_hdf5
-from msprobe_nb.store.hdf5_writer import GROUPS, DumpWriter, resolve_dump_dir
+from msprobe_nb.store.hdf5_writer import DumpWriter, resolve_dump_dir
 from msprobe_nb.store.schema import COLUMN_NAMES, SCHEMA_VERSION, coerce_calls
 
 NA = pd.NA
@@ -66,7 +67,9 @@ def _table() -> pd.DataFrame:
         "rng": ["", "", "", "cpu", "custom:7"],
         "rng_state": ["", "", "", "ab12", ""],
     }
-    return coerce_calls(pd.DataFrame(rows))
+    # object columns: pandas infers pyarrow-backed text where pyarrow is installed, and pyarrow refuses the lone
+    # surrogate above (the kit itself stores text as Python objects, store.schema.pandas_dtype)
+    return coerce_calls(pd.DataFrame(rows, dtype=object))
 
 
 def _columns(df: pd.DataFrame) -> dict[str, list]:

@@ -318,16 +318,17 @@ def test_a_step_cut_short_by_an_exception_is_flagged_partial(tmp_path):
 
 KILLED_WHILE_CREATING = """
 import sys, time
-from msprobe_nb.store import hdf5_writer as w
-real = w._Group.__init__
+from msprobe_nb.store import hdf5_appends as w
+from msprobe_nb.store.hdf5_writer import DumpWriter
+real = w.ColumnGroup.__init__
 def slow(self, f, name, *a, **kw):
     real(self, f, name, *a, **kw)
     if name == "strings":  # the file exists, its header is not complete
         f.flush()
         print("creating", flush=True)
         time.sleep(120)
-w._Group.__init__ = slow
-w.DumpWriter(sys.argv[1])
+w.ColumnGroup.__init__ = slow
+DumpWriter(sys.argv[1])
 """
 
 
@@ -417,13 +418,13 @@ def test_a_slow_reader_of_a_live_dump_gets_the_rows_of_the_commit_it_read(tmp_pa
 
     from msprobe_nb.store import hdf5_reader
 
-    check = hdf5_reader._check_extents
+    check = hdf5_reader.check_extents
 
     def slow(*args):
         check(*args)
         time.sleep(1.0)
 
-    monkeypatch.setattr(hdf5_reader, "_check_extents", slow)
+    monkeypatch.setattr(hdf5_reader, "check_extents", slow)
     path, stop = tmp_path / "live", tmp_path / "stop"
     child = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(path), str(stop), "5000"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -449,7 +450,7 @@ def test_layout_3_and_4_files_still_read(tmp_path, layout):
     they did."""
     import h5py
 
-    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS, INDEX_FIELDS_V3, INDEX_FIELDS_V4
+    from msprobe_nb.store.hdf5_layout import INDEX_FIELDS, INDEX_FIELDS_V3, INDEX_FIELDS_V4
 
     with DumpWriter(tmp_path / "d", meta={"task": "tensor"}) as w:
         for s in range(3):
@@ -505,7 +506,7 @@ def test_a_flipped_byte_in_a_tail_is_refused_naming_the_file_the_step_and_the_da
 def test_a_flipped_byte_in_the_commit_index_is_refused(tmp_path):
     import h5py
 
-    from msprobe_nb.store.hdf5_writer import INDEX_FIELDS
+    from msprobe_nb.store.hdf5_layout import INDEX_FIELDS
 
     f = _three_steps(tmp_path / "d")
     with h5py.File(f, "r") as h:

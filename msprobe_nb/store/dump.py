@@ -6,7 +6,6 @@ tree), lazy whole tensors, step/rank subsets, a summary for ``info`` and export 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprobe_nb.store.hdf5_layout import RANK_FILE_RE  # h5py-free: finding rank files loads no h5py
 from msprobe_nb.store.schema import DumpParts, coerce_calls
 
 __all__ = ["Dump", "load"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_RANK_FILE_RE = re.compile(r"^rank(\d+)\.h5$")  # hdf5_writer.RANK_FILE_RE, without importing h5py
 _KINDS = ("auto", "hdf5", "msprobe")
 
 
@@ -253,7 +252,7 @@ def _is_kit_hdf5(path: Path) -> bool:
     """
     if path.is_dir():
         try:
-            return any(_RANK_FILE_RE.match(p.name) for p in path.iterdir())
+            return any(RANK_FILE_RE.match(p.name) for p in path.iterdir())
         except OSError:
             return False
     if path.suffix.lower() in (".h5", ".hdf5"):

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import reprlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from msprobe_nb.progress import bar
-from msprobe_nb.store.errors import DumpFormatError  # one error class for every dump reader, without h5py
+from msprobe_nb.store.errors import DumpFormatError, show  # one error class for every dump reader, without h5py
+from msprobe_nb.store.msprobe_tensors import MsprobeTensorLoader, load_tensor_file
+from msprobe_nb.store.msprobe_tree import RankDir, find_rank_dirs, is_plain_file_name
 from msprobe_nb.store.schema import DumpParts, coerce_calls
 
 __all__ = ["DumpFormatError", "RankDir", "find_rank_dirs", "is_plain_file_name", "load_tensor_file", "parse_call",
@@ -43,94 +42,9 @@ RECORD_KEYS = {
 }
 MICRO_STEP_KEY = "megatron_micro_step_number"
 # ASCII digits only, and few enough to fit the int32 step/rank/counter columns
-_RANK_RE = re.compile(r"rank([0-9]{0,9})")
-_PROC_RE = re.compile(r"proc([0-9]+)")
-_STEP_RE = re.compile(r"step([0-9]{1,9})")
-#: deepest nesting accepted inside one record (msprobe writes a handful of levels; Python recursion ends near 1000)
 MAX_DEPTH = 100
 #: largest element count a shape may claim (numel is an int64 column)
 _MAX_NUMEL = 2 ** 63 - 1
-_SHOW = reprlib.Repr()
-_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 3, 300, 80, 6, 4
-
-
-@dataclass
-class RankDir:
-    """One msprobe rank folder (or a bare dump.json) with the step/rank its path implies."""
-
-    dump_json: Path
-    step: int = 0
-    rank: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def folder(self) -> Path:
-        return self.dump_json.parent
-
-
-# ----------------------------------------------------------------------------- locating files
-
-def _rank_of(folder: Path) -> tuple[int, str] | None:
-    """(rank, note) implied by a rank*/proc* folder name, None for other names."""
-    m = _RANK_RE.fullmatch(folder.name)
-    if m:
-        return int(m.group(1) or 0), ""
-    m = _PROC_RE.fullmatch(folder.name)
-    if m:
-        return 0, f"{folder}: msprobe wrote proc{m.group(1)} (no rank known at dump time); read as rank 0"
-    return None
-
-
-def _step_of(folder: Path) -> int | None:
-    m = _STEP_RE.fullmatch(folder.name)
-    return int(m.group(1)) if m else None
-
-
-def _rank_dirs_of_step(step_dir: Path, step: int) -> list[RankDir]:
-    subs = [d for d in step_dir.iterdir() if d.is_dir() and (d / "dump.json").is_file() and _rank_of(d)]
-    ranked = sorted((d for d in subs if _RANK_RE.fullmatch(d.name)), key=lambda d: _rank_of(d)[0])
-    procs = sorted(d for d in subs if _PROC_RE.fullmatch(d.name))
-    out = [RankDir(d / "dump.json", step, _rank_of(d)[0]) for d in ranked]
-    if procs and not ranked:
-        for i, d in enumerate(procs):
-            out.append(RankDir(d / "dump.json", step, i, [
-                f"{d}: msprobe wrote {d.name} (no rank known at dump time); read as rank {i}"]))
-    elif procs:
-        out[0].notes.append(f"{step_dir}: ignored {', '.join(d.name for d in procs)} beside rank folders")
-    return out
-
-
-def find_rank_dirs(path: str | Path) -> list[RankDir]:
-    """Every dump.json under ``path`` (a dump.json, a rank dir, a step dir or a dump root), in step/rank order."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such file or folder")
-    if p.is_file():
-        return [_single(p)]
-    for name in ("dump.json", "debug.json"):  # debug.json: level "debug" (PrecisionDebugger.save)
-        if (p / name).is_file():
-            return [_single(p / name)]
-    step = _step_of(p)
-    found = _rank_dirs_of_step(p, 0 if step is None else step)
-    if found:
-        return found
-    steps = sorted((d for d in p.iterdir() if d.is_dir() and _step_of(d) is not None), key=_step_of)
-    for d in steps:
-        found.extend(_rank_dirs_of_step(d, _step_of(d)))
-    if not found:
-        raise DumpFormatError(
-            f"{p}: no msprobe dump found (expected dump.json, rank*/dump.json or step*/rank*/dump.json)")
-    return found
-
-
-def _single(dump_json: Path) -> RankDir:
-    """A dump.json given directly: step/rank from its folder names when they follow msprobe's layout."""
-    folder = dump_json.parent
-    rank = _rank_of(folder)
-    if rank is None:
-        return RankDir(dump_json)
-    step = _step_of(folder.parent)
-    return RankDir(dump_json, 0 if step is None else step, rank[0], [rank[1]] if rank[1] else [])
 
 
 # ----------------------------------------------------------------------------- JSON helpers
@@ -146,11 +60,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return out
-
-
-def show(value: Any) -> str:
-    """A short repr for error messages: bounded in depth and length, so hostile values cannot blow it up."""
-    return _SHOW.repr(value)
 
 
 def read_json(path: Path) -> Any:
@@ -294,12 +203,6 @@ def _text(leaf: dict, key: str, file: Path, call: str, path: tuple) -> str:
     return v
 
 
-def is_plain_file_name(name: str) -> bool:
-    """A single path component that cannot lead anywhere else: no folders, no "..", no NUL, at most 255 bytes."""
-    return (name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
-            and len(name.encode("utf-8", "surrogatepass")) <= 255)
-
-
 def _shape(shape: Any, file: Path, call: str, path: tuple) -> tuple[tuple[int, ...], int]:
     """(shape, numel) of a tensor leaf: non-negative integers whose product fits the int64 numel column."""
     if shape.__class__ is list:  # one pass for the common case; the checks below only name what is wrong
@@ -356,7 +259,11 @@ class _RowBuilder:
                 data[col] = _object_array(values) if col == "shape" else np.asarray(values, _FAST.get(col, object))
         else:
             data = {c: [] for c in _BASE_COLS + _ROW_COLS + _LEAF_COLS}
-        return coerce_calls(pd.DataFrame(data))
+        # object columns stay objects until coerce_calls types them: pandas would infer pyarrow-backed text
+        # where pyarrow is installed, which refuses the lone surrogates a hostile dump.json can hold
+        as_objects = (None, np.dtype(object))
+        return coerce_calls(pd.DataFrame({c: pd.Series(v, dtype=object) if getattr(v, "dtype", None) in as_objects
+                                          else v for c, v in data.items()}))
 
 
 def _object_array(values: tuple) -> np.ndarray:
@@ -490,96 +397,6 @@ def _read_construct(rd: RankDir, meta_extra: dict) -> dict[str, str]:
     if micro:
         meta_extra["micro_step"] = micro
     return out
-
-
-# ----------------------------------------------------------------------------- tensors
-
-def _check_npy(path: Path) -> None:
-    """Refuse an .npy file from its header alone, before numpy reads (or allocates) anything: non-numeric
-    or structured dtypes, and headers claiming more bytes than the file holds."""
-    fmt = np.lib.format
-    with open(path, "rb") as fh:
-        version = fmt.read_magic(fh)
-        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read_header(fh)
-        offset = fh.tell()
-    if dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufc" \
-            or dtype.itemsize > (16 if dtype.kind == "c" else 8):
-        raise DumpFormatError(f"{path}: holds a numpy array of dtype {dtype.str!r} ({dtype}); only plain "
-                              "bool, integer, float and complex tensors are accepted")
-    need = math.prod(shape) * dtype.itemsize
-    have = path.stat().st_size - offset
-    if need > have:
-        raise DumpFormatError(f"{path}: its header claims shape {show(shape)} ({need} bytes) but the file holds "
-                              f"{have} bytes of data (truncated or corrupt)")
-
-
-def load_tensor_file(path: str | Path) -> Any:
-    """Load one saved tensor without unpickling anything: .pt through ``torch.load(weights_only=True)``
-    (explicit, so no environment variable turns it off), .npy through ``numpy.load(allow_pickle=False)``
-    after its header says plain numbers (bool, integers, floats, complex)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: tensor file not found")
-    try:
-        if path.suffix == ".npy":
-            _check_npy(path)
-            arr = np.load(path, allow_pickle=False)
-            import torch
-
-            return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=False))
-        import torch
-
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except DumpFormatError:
-        raise
-    except Exception as e:  # any failure of the safe loaders means a bad or unsafe file
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise DumpFormatError(f"{path}: cannot load the tensor safely ({type(e).__name__}: {first}); "
-                              "only plain tensors are accepted, arbitrary pickled objects are refused") from None
-    if not isinstance(obj, torch.Tensor):
-        raise DumpFormatError(f"{path}: holds a {type(obj).__name__}, expected a single tensor")
-    return obj
-
-
-class MsprobeTensorLoader:
-    """``loader(data_name, step=None, rank=None)``: the whole tensor saved under ``dump_tensor_data``.
-
-    ``folders`` maps (step, rank) to the folders to look in: the rank's dump_tensor_data first, then the
-    dump_data_dir its dump.json names. A file is read only if it resolves inside ``root`` (the dump folder):
-    a symlink or a dump_data_dir leading elsewhere is refused unless ``allow_outside`` (a dump you trust).
-    """
-
-    def __init__(self, folders: dict[tuple[int, int], list[Path]], root: str | Path | None = None,
-                 allow_outside: bool = False):
-        self.folders = folders
-        self.root = None if root is None else Path(root).resolve()
-        self.allow_outside = allow_outside
-
-    def __call__(self, data_name: str, step: int | None = None, rank: int | None = None) -> Any:
-        if not isinstance(data_name, str) or not is_plain_file_name(data_name):
-            raise DumpFormatError(f"data_name {data_name!r} is not a plain file name")
-        keys = [k for k in self.folders if (step is None or k[0] == step) and (rank is None or k[1] == rank)]
-        if not keys:
-            raise KeyError(f"no step {step} / rank {rank} in this dump")
-        found = {k: hit for k in keys
-                 if (hit := next(((i, d / data_name) for i, d in enumerate(self.folders[k])
-                                  if (d / data_name).is_file()), None))}
-        if len(found) > 1:
-            raise ValueError(f"{data_name!r} exists in several steps/ranks; pass step= and rank=")
-        if not found:
-            tried = ", ".join(str(d) for k in keys for d in self.folders[k])
-            raise FileNotFoundError(f"{data_name}: tensor file not found in {tried} "
-                                    "(only part of dump_tensor_data may have been copied)")
-        which, file = next(iter(found.values()))
-        if self.root is not None and not self.allow_outside:
-            real = file.resolve()
-            if not real.is_relative_to(self.root):
-                how = "its folder is the dump_data_dir that dump.json names" if which else "a symlink leads there"
-                raise DumpFormatError(f"{file}: resolves to {real}, outside the dump folder {self.root} ({how}); "
-                                      "not read. For a dump you trust, load(..., allow_outside=True) or "
-                                      "msprobe-nb export --allow-outside reads it")
-        return load_tensor_file(file)
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -108,8 +108,18 @@ def coerce_calls(df: pd.DataFrame) -> pd.DataFrame:
             s = pd.Series([""] * n, index=df.index)
         else:  # nullable Int64 / boolean
             s = pd.Series([pd.NA] * n, index=df.index)
-        out[col] = s.astype(dtype) if dtype != "object" else s
+        out[col] = s if dtype == "object" else s.astype(pandas_dtype(dtype))
     return pd.DataFrame(out, index=df.index, copy=False)
+
+
+def pandas_dtype(dtype: str) -> Any:
+    """The pandas dtype of a schema dtype name. Text is pandas' string dtype stored as Python objects, whether
+    or not pyarrow is installed (pandas' default storage is pyarrow's where it is, and pyarrow refuses the lone
+    surrogates that undecodable bytes of a hostile or damaged dump become)."""
+    if dtype == "string":
+        import pandas as pd
+        return pd.StringDtype("python")
+    return dtype
 
 
 @dataclass
