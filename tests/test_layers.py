@@ -154,3 +154,39 @@ def test_no_layer_imports_the_shells():
     bad = [f"{m} imports {n}" for m, names in imports.items() if m.count(".") >= 2
            for n in names if _known(n, set(imports)) in shells]
     assert bad == []
+
+
+# -------------------------------------------------------------------------------------- one job per module
+#: "~600 lines": a module past this has grown more than one job (docs/architecture.md, "Adding a capability")
+MAX_MODULE_LINES = 620
+
+
+def test_no_module_outgrows_one_job():
+    long = {str(p.relative_to(REPO)): n for p in (REPO / "msprobe_nb").rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these by job (at most ~600 lines each): {long}"
+
+
+def test_every_subpackage_is_a_declared_layer():
+    """A new folder of the package is a layer with import rules, not a place the rules do not look."""
+    folders = {p.name for p in (REPO / "msprobe_nb").iterdir() if (p / "__init__.py").is_file()}
+    assert folders - set(ALLOWED) == set(), "declare the layer in ALLOWED and docs/architecture.md"
+
+
+def test_the_docs_name_every_module_and_the_readme_every_folder():
+    """docs/architecture.md's module table lists each module of each layer; README's layout table lists each
+    layer's folder and names no path that does not exist."""
+    arch = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [str(p.relative_to(REPO)) for layer in ALLOWED if (REPO / "msprobe_nb" / layer).is_dir()
+               for p in sorted((REPO / "msprobe_nb" / layer).glob("*.py"))
+               if p.name != "__init__.py" and f"`{p.name}`" not in arch and f"`{p.stem}`" not in arch]
+    assert missing == [], f"docs/architecture.md does not say what lives in {missing}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    rows = [line.split("|")[1].strip() for line in layout.splitlines()[4:] if line.startswith("| `")]
+    paths = [q for row in rows for q in row.replace("`", "").split(", ")]
+    gone = [q for q in paths if "/" in q and not (REPO / q).exists()]
+    assert gone == [], f"README's layout table names paths that do not exist: {gone}"
+    folders = sorted(p.name for p in (REPO / "msprobe_nb").iterdir() if (p / "__init__.py").is_file())
+    unlisted = [f for f in folders if f"msprobe_nb/{f}/" not in paths]
+    assert unlisted == [], f"README's layout table does not list msprobe_nb/{unlisted}"
