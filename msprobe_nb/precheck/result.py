@@ -14,13 +14,21 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "VERDICTS", "AccCheckResult"]
+__all__ = ["COLUMNS", "METRIC_COLUMNS", "VERDICTS", "AccCheckResult"]
 
 #: verdicts, best first; "unchecked" rows name why the bench could not grade them
 VERDICTS = ("pass", "warning", "error", "unchecked")
 #: leading columns, in order; the metric columns follow
 COLUMNS = ["step", "rank", "call_index", "api", "name", "family", "op", "direction", "output", "dtype", "shape",
-           "api_class", "standard", "verdict", "approximate", "reasons", "bench_dtype"]
+           "api_class", "standard", "level", "verdict", "approximate", "reasons", "bench_dtype"]
+#: every metric a standard may report, always present (NaN where the standard has none), so that tables of
+#: several steps line up
+METRIC_COLUMNS = ["max_abs_err", "max_rel_err", "mean_rel_err", "rmse", "small_value_err_ratio", "err_balance",
+                  "rmse_ratio", "max_rel_err_ratio", "mean_rel_err_ratio", "small_value_err_ratio_ratio",
+                  "err_balance_ratio", "ref_rmse", "ref_max_rel_err", "ref_mean_rel_err", "ref_small_value_err_ratio",
+                  "ref_err_balance", "max_ulp_err", "mean_ulp_err", "ulp_err_ratio", "rel_err_ratio",
+                  "within_tolerance", "mismatch", "mismatch_ratio", "special_mismatch", "zero_ratio",
+                  "expected_zero_ratio"]
 _RANK = {"pass": 0, "warning": 1, "error": 2, "unchecked": -1}
 
 
@@ -37,11 +45,15 @@ class AccCheckResult(pd.DataFrame):
     def from_rows(cls, rows: list[dict[str, Any]], *, notes: list[str] | None = None,
                   bench_device: str = "cpu") -> AccCheckResult:
         frame = pd.DataFrame(rows)
-        for c in COLUMNS:
+        for c in COLUMNS + METRIC_COLUMNS:
             if c not in frame.columns:
-                frame[c] = pd.Series(dtype=object)
-        metric = [c for c in frame.columns if c not in COLUMNS]
-        out = cls(frame[COLUMNS + metric].reset_index(drop=True))
+                frame[c] = pd.Series([float("nan")] * len(frame) if c in METRIC_COLUMNS else [None] * len(frame),
+                                     dtype=float if c in METRIC_COLUMNS else object)
+        for c in ("reasons", "standard", "level", "output", "bench_dtype"):
+            frame[c] = frame[c].where(frame[c].notna(), "")
+        frame["approximate"] = frame["approximate"].where(frame["approximate"].notna(), False).astype(bool)
+        extra = [c for c in frame.columns if c not in COLUMNS and c not in METRIC_COLUMNS]
+        out = cls(frame[COLUMNS + METRIC_COLUMNS + extra].reset_index(drop=True))
         out.notes = list(notes or [])
         out.bench_device = bench_device
         return out
@@ -102,7 +114,8 @@ class AccCheckResult(pd.DataFrame):
         missing = [c for c in ("api", "output", "verdict") if c not in frame.columns]
         if missing:
             raise ValueError(f"{p}: not a pre-check CSV (no column {missing[0]!r})")
-        frame["reasons"] = frame["reasons"].fillna("").astype(str) if "reasons" in frame else ""
+        frame["reasons"] = frame["reasons"].astype(object).where(frame["reasons"].notna(), "").astype(str) \
+            if "reasons" in frame else ""
         return cls.from_rows(frame.to_dict("records"), notes=[f"read from {p}"])
 
     # ------------------------------------------------------------------ display
