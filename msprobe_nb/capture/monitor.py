@@ -1,0 +1,433 @@
+"""``MonitorHooks``: per-step aggregates of a training run, cheap enough to stay on (``mp.Monitor`` is it with a file).
+
+Hooks only, and they only read: the optimizer's step pre-hook reads the final gradients of the step (after
+any accumulation, after DDP's all-reduce, Megatron's ``main_grad`` where a parameter has one), its post-hook the
+updated weights and Adam's ``exp_avg`` / ``exp_avg_sq``; one post-accumulate-grad hook counts the micro-batches
+of a step; module forward hooks and tensor hooks on their outputs read activations and their gradients when
+asked. Every aggregate is computed on the tensor's device (``monitor_stats``); ``mon.step(loss=...)`` brings the
+whole step to the host in one copy, checks the alert rules (``monitor_alerts``) and hands the step to its sink
+(``msprobe_nb.monitor.Monitor`` gives it the store's ``MonitorWriter``: capture does not import the store).
+Without an optimizer, or when one skipped its step (a GradScaler that found inf), gradients and weights are read
+in ``step()``.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from .monitor_alerts import DIRECTION_DROP, DIRECTION_MIN_NUMEL, MIN_HISTORY, SPIKE, AlertRules
+from .monitor_stats import COUNT_STATS, FLOAT_STATS, STATS, SignPacker, gather, histograms, tensor_stats
+
+__all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
+
+DEFAULT_STATS = STATS
+#: activations (or their gradients) held before their aggregates are computed together (bounds the memory held)
+ACT_BATCH = 64
+#: kinds whose norms the spike rule watches (weights and optimizer state move slowly by design)
+SPIKE_KINDS = ("grad", "act", "act_grad")
+_WRAPPERS = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel")
+
+
+def _select(names: Iterable[str], which: Any, what: str) -> list[str]:
+    """The names ``which`` selects: None / True: all; a string: a regular expression searched in each name;
+    a list: exactly those names (every one must exist)."""
+    names = list(names)
+    if which is None or which is True:
+        return names
+    if isinstance(which, str):
+        rx = re.compile(which)
+        return [n for n in names if rx.search(n)]
+    wanted = list(which)
+    missing = sorted(set(wanted) - set(names))
+    if missing:
+        raise ValueError(f"Monitor: no {what} named {', '.join(map(repr, missing[:5]))} in the model")
+    keep = set(wanted)
+    return [n for n in names if n in keep]
+
+
+def _first_float(out: Any) -> torch.Tensor | None:
+    """The module's output tensor, or the first floating tensor of a tuple / list / dict output."""
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() and out.numel() else None
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    for x in items:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+            return x
+    return None
+
+
+def _by_device(items: Sequence[tuple[str, torch.Tensor]]) -> list[list[tuple[str, torch.Tensor]]]:
+    groups: dict[torch.device, list] = {}
+    for name, t in items:
+        groups.setdefault(t.device, []).append((name, t))
+    return list(groups.values())
+
+
+class MonitorHooks:
+    """Watch ``model`` (and ``optimizer``) every step; call ``step(loss=...)`` once per optimizer step.
+
+    ``sink(columns, meta, rank)`` makes the object each finished step goes to: its ``write_step(step, names,
+    kinds, values, scalars, signs)`` commits it, ``close()`` ends it, ``folder`` (if any) is where it writes.
+
+    ``params``: the parameters watched (None: every trainable one; a regex; a list of names). ``stats``: the
+    aggregates (``norm`` always; ``min``, ``max``, ``mean``, ``nan``, ``inf``). ``weights``, ``grads``,
+    ``optimizer_state``: which kinds of parameter rows. ``activations``: modules whose outputs are watched
+    (False; True: every module; a regex; a list of names); ``activation_grads`` (default: as activations) their
+    output gradients too. ``histogram``: bin bounds for gradient histograms; ``signs``: gradient sign bitmaps
+    (for direction similarity). ``grad_scaler``: a GradScaler whose scale is recorded. ``rank``: default from
+    torch.distributed. ``spike``, ``min_history``, ``direction_drop``: the alert thresholds (docs/monitor.md);
+    ``alerts=False`` prints none.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+                 sink: Callable[[list[str], dict, int], Any], params: Any = None,
+                 stats: Sequence[str] = DEFAULT_STATS, weights: bool = True, grads: bool = True,
+                 optimizer_state: bool = True, activations: Any = False, activation_grads: bool | None = None,
+                 histogram: Sequence[float] | None = None, signs: bool = False, grad_scaler: Any = None,
+                 rank: int | None = None, spike: float = SPIKE, min_history: int = MIN_HISTORY,
+                 direction_drop: float = DIRECTION_DROP, alerts: bool = True, start_step: int = 0) -> None:
+        bad = [s for s in stats if s not in STATS]
+        if bad or "norm" not in stats:
+            raise ValueError(f"Monitor: stats must include 'norm' and be among {', '.join(STATS)}; got {list(stats)}")
+        self.stats = [s for s in STATS if s in stats]
+        inner = model.module if type(model).__name__ in _WRAPPERS and hasattr(model, "module") else model
+        self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
+        named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
+        self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
+        self._want = {"weight": weights, "grad": grads, "opt": optimizer_state and optimizer is not None}
+        self._bounds = None if histogram is None else torch.as_tensor(sorted(float(b) for b in histogram))
+        self._signs = SignPacker() if signs else None
+        self.columns = list(self.stats) + ["numel"] + (["sign_agree"] if signs else []) + \
+            ([f"hist_{i}" for i in range(len(self._bounds) + 1)] if self._bounds is not None else [])
+        self._col = {c: i for i, c in enumerate(self.columns)}
+        if rank is None:
+            dist = torch.distributed
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.rank, self.step_index = int(rank), int(start_step)
+        self._rules = AlertRules(spike, min_history, direction_drop) if alerts else None
+        self.alerts: list[str] = []
+        self._series: dict[tuple[str, str], int] = {}
+        meta = {"stats": self.stats, "histogram": None if self._bounds is None else self._bounds.tolist(),
+                "signs": bool(signs), "spike": spike, "min_history": min_history, "direction_drop": direction_drop,
+                "model": type(inner).__name__, "optimizer": type(optimizer).__name__ if optimizer else None,
+                "direction_min_numel": DIRECTION_MIN_NUMEL, "parameters": [n for n, _ in self._params],
+                "groups": self._groups(optimizer)}
+        self._writer = sink(self.columns, meta, self.rank)
+        self.dump_path = getattr(self._writer, "folder", None)
+        self._handles: list[Any] = []
+        try:
+            self._install(activations, activations if activation_grads is None else activation_grads)
+        except BaseException:
+            self.close()
+            raise
+        self._reset()
+
+    def _groups(self, optimizer: Any) -> list[list[str]]:
+        """The watched parameters' names per optimizer parameter group (to name a group's learning rate)."""
+        if optimizer is None:
+            return []
+        name = {id(p): n for n, p in self._params}
+        return [[name[id(p)] for p in g["params"] if id(p) in name] for g in optimizer.param_groups]
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def _install(self, activations: Any, activation_grads: Any) -> None:
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(self._on_pre_step))
+            self._handles.append(self.optimizer.register_step_post_hook(self._on_post_step))
+        if self._params:
+            self._handles.append(self._params[0][1].register_post_accumulate_grad_hook(self._on_accumulated))
+        modules = dict(self.model.named_modules())
+        acts = _select(modules, activations, "module") if activations is not False else []
+        self._act_grads = bool(activation_grads) and activation_grads is not False
+        grad_set = set(_select(modules, activation_grads, "module")) if self._act_grads else set()
+        for name in acts:
+            label = name or "(model)"
+            self._handles.append(modules[name].register_forward_hook(
+                partial(self._on_forward, label, label in grad_set or name in grad_set)))
+
+    def _reset(self) -> None:
+        self._pending: dict[str, list] = {}  # kind -> [(names, floats, counts, extra)]
+        self._acts: dict[str, list[tuple[str, torch.Tensor]]] = {"act": [], "act_grad": []}
+        self._micro = 0
+        self._grads_read = self._weights_read = False
+
+    def _on_accumulated(self, _param: torch.Tensor) -> None:
+        self._micro += 1
+
+    def _on_pre_step(self, _opt: Any, _args: Any, _kwargs: Any) -> None:
+        self._read_grads()
+
+    def _on_post_step(self, _opt: Any, _args: Any, _kwargs: Any) -> None:
+        self._read_weights()
+        if self._want["opt"]:
+            self._read_optimizer_state()
+
+    def _on_forward(self, name: str, with_grad: bool, _module: Any, _args: Any, out: Any) -> None:
+        t = _first_float(out)
+        if t is None:
+            return
+        self._hold("act", name, t.detach())
+        if with_grad and t.requires_grad:
+            t.register_hook(partial(self._on_act_grad, name))
+
+    def _on_act_grad(self, name: str, grad: torch.Tensor) -> None:
+        if grad is not None and grad.numel():
+            self._hold("act_grad", name, grad.detach())
+
+    def _hold(self, kind: str, name: str, t: torch.Tensor) -> None:
+        held = self._acts[kind]
+        held.append((name, t))
+        if len(held) >= ACT_BATCH:
+            self._flush_held(kind)
+
+    def _flush_held(self, kind: str) -> None:
+        held, self._acts[kind] = self._acts[kind], []
+        if held:
+            self._aggregate(kind, held)
+
+    # -- aggregates on the device --------------------------------------------------------------------
+    def _aggregate(self, kind: str, items: Sequence[tuple[str, torch.Tensor]], signs: bool = False,
+                   hist: bool = False, replace: bool = False) -> None:
+        """Queue the aggregates of ``items`` (name, tensor) as rows of ``kind`` (computed now, read in step())."""
+        entries = []
+        for group in _by_device(items):
+            names = [n for n, _ in group]
+            ts = [t for _, t in group]
+            floats, counts = tensor_stats(ts, self.stats)
+            extra = {"numel": np.fromiter((t.numel() for t in ts), np.int64, len(ts))}
+            if signs and self._signs is not None:
+                extra["signs"] = self._signs.pack(ts)
+            if hist and self._bounds is not None:
+                extra["hist"] = histograms(ts, self._bounds)
+            entries.append((names, floats, counts, extra))
+        if replace:
+            self._pending[kind] = entries
+        else:
+            self._pending.setdefault(kind, []).extend(entries)
+
+    def _read_grads(self) -> None:
+        if not self._want["grad"]:
+            return
+        items = []
+        for name, p in self._params:
+            g = getattr(p, "main_grad", None)
+            g = p.grad if g is None else g
+            if g is not None and g.numel():
+                items.append((name, g.detach()))
+        if items:
+            self._aggregate("grad", items, signs=True, hist=True, replace=True)
+        self._grads_read = True
+
+    def _read_weights(self) -> None:
+        if self._want["weight"]:
+            items = [(n, p.detach()) for n, p in self._params if p.numel()]
+            if items:
+                self._aggregate("weight", items, replace=True)
+        self._weights_read = True
+
+    def _read_optimizer_state(self) -> None:
+        state = self.optimizer.state
+        for key in ("exp_avg", "exp_avg_sq"):
+            items = []
+            for name, p in self._params:
+                t = state.get(p, {}).get(key) if p in state else None
+                if isinstance(t, torch.Tensor) and t.numel():
+                    items.append((name, t.detach()))
+            if items:
+                self._aggregate(key, items, replace=True)
+
+    # -- the step --------------------------------------------------------------------------------------
+    def step(self, loss: Any = None) -> None:
+        """End the step: gather its aggregates (one host copy), check the alert rules, commit it to the file."""
+        if self._writer is None:
+            raise RuntimeError("step() after close(): the monitor is closed")
+        if not self._grads_read:
+            self._read_grads()
+        if not self._weights_read:
+            self._read_weights()
+        for kind in ("act", "act_grad"):
+            self._flush_held(kind)
+        parts: list[torch.Tensor] = []
+        layout = []
+        for kind, entries in self._pending.items():
+            for names, floats, counts, extra in entries:
+                slots = {}
+                for key, t in (("floats", floats), ("counts", counts), ("hist", extra.get("hist"))):
+                    if t is not None:
+                        slots[key] = len(parts)
+                        parts.append(t)
+                if "signs" in extra:
+                    packed, agree, _ends = extra["signs"]
+                    slots["packed"], slots["agree"] = len(parts), len(parts) + 1
+                    parts += [packed, agree]
+                layout.append((kind, names, extra, slots))
+        loss_at = scale_at = None
+        if isinstance(loss, torch.Tensor):
+            loss_at = len(parts)
+            parts.append(loss.detach().float().reshape(-1)[:1])
+        scale = getattr(self.grad_scaler, "_scale", None) if self.grad_scaler is not None else None
+        if isinstance(scale, torch.Tensor):  # the scaler's own tensor: read in the same copy, no extra sync
+            scale_at = len(parts)
+            parts.append(scale.detach().float().reshape(-1)[:1])
+        host = gather(parts) if parts else []
+        self._commit(layout, host, loss, loss_at, scale_at)
+
+    def _commit(self, layout: list, host: list[np.ndarray], loss: Any, loss_at: int | None,
+                scale_at: int | None) -> None:
+        names_all, kinds_all, blocks = [], [], []
+        sign_pos, sign_numel, sign_bytes = [], [], []
+        grad_sq = 0.0
+        for kind, names, extra, slots in self._combined(layout, host):
+            v = np.full((len(names), len(self.columns)), np.nan)
+            fl, co = slots.get("floats"), slots.get("counts")
+            for j, s in enumerate(s for s in self.stats if s in FLOAT_STATS):
+                v[:, self._col[s]] = fl[:, j]
+            for j, s in enumerate(s for s in self.stats if s in COUNT_STATS):
+                v[:, self._col[s]] = co[:, j]
+            v[:, self._col["numel"]] = extra["numel"]
+            if slots.get("hist") is not None:
+                v[:, self._col["hist_0"]:] = slots["hist"]
+            if slots.get("packed") is not None:
+                v[:, self._col["sign_agree"]] = slots["agree"]
+                ends = extra["signs"][2]
+                base = len(names_all)
+                for i in range(len(names)):
+                    sign_pos.append(base + i)
+                    sign_numel.append(int(extra["numel"][i]))
+                sign_bytes.append(slots["packed"][: ends[-1]])
+            if kind == "grad":
+                grad_sq += float(np.sum(v[:, 0].astype(np.float64) ** 2))
+            names_all += names
+            kinds_all += [kind] * len(names)
+            blocks.append(v)
+        values = np.concatenate(blocks) if blocks else np.zeros((0, len(self.columns)))
+        scalars: dict[str, float] = {}
+        if loss is not None:
+            scalars["loss"] = float(host[loss_at][0]) if loss_at is not None else float(loss)
+        if self._want["grad"] and "grad" in kinds_all:
+            scalars["grad_norm"] = float(np.sqrt(grad_sq))
+        if self.optimizer is not None:
+            for i, group in enumerate(self.optimizer.param_groups):
+                lr = group.get("lr")
+                if lr is not None:
+                    scalars["lr" if i == 0 else f"lr/{i}"] = float(lr)
+        if self.grad_scaler is not None:
+            scalars["loss_scale"] = float(host[scale_at][0]) if scale_at is not None else float(
+                self.grad_scaler.get_scale())
+        scalars["micro_batches"] = float(self._micro)
+        signs = (sign_pos, sign_numel, np.concatenate(sign_bytes)) if sign_bytes else None
+        step = self.step_index
+        self._alert(step, names_all, kinds_all, values, scalars)
+        self._writer.write_step(step, names_all, kinds_all, values, scalars, signs)
+        self.step_index += 1
+        self._reset()
+
+    def _combined(self, layout: list, host: list[np.ndarray]):
+        """(kind, names, extra, host arrays) per block; activations seen several times in the step (a module
+        called twice, micro-batches) become one row: their aggregates as if the outputs were concatenated."""
+        acts: dict[str, list] = {}
+        for kind, names, extra, slots in layout:
+            arrays = {k: host[i] for k, i in slots.items()}
+            if kind in ("act", "act_grad"):
+                acts.setdefault(kind, []).append((names, extra, arrays))
+            else:
+                yield kind, names, extra, arrays
+        for kind, blocks in acts.items():
+            names = [n for b in blocks for n in b[0]]
+            numel = np.concatenate([b[1]["numel"] for b in blocks]).astype(np.float64)
+            fl = np.concatenate([b[2]["floats"] for b in blocks]).astype(np.float64)
+            co = np.concatenate([b[2]["counts"] for b in blocks]) if "counts" in blocks[0][2] else None
+            order = list(dict.fromkeys(names))
+            at = {n: i for i, n in enumerate(order)}
+            idx = np.fromiter((at[n] for n in names), np.int64, len(names))
+            k = len(order)
+            fstats = [s for s in self.stats if s in FLOAT_STATS]
+            out = np.zeros((k, len(fstats)))
+            for j, s in enumerate(fstats):
+                col = fl[:, j]
+                if s == "norm":
+                    acc = np.zeros(k)
+                    np.add.at(acc, idx, col ** 2)
+                    out[:, j] = np.sqrt(acc)
+                elif s == "min":
+                    acc = np.full(k, np.inf)
+                    np.minimum.at(acc, idx, col)
+                    out[:, j] = acc
+                elif s == "max":
+                    acc = np.full(k, -np.inf)
+                    np.maximum.at(acc, idx, col)
+                    out[:, j] = acc
+                else:  # mean, weighted by the number of values
+                    acc, n = np.zeros(k), np.zeros(k)
+                    np.add.at(acc, idx, col * numel)
+                    np.add.at(n, idx, numel)
+                    out[:, j] = acc / n
+            arrays = {"floats": out}
+            if co is not None:
+                cacc = np.zeros((k, co.shape[1]), np.int64)
+                np.add.at(cacc, idx, co)
+                arrays["counts"] = cacc
+            tot = np.zeros(k, np.int64)
+            np.add.at(tot, idx, numel.astype(np.int64))
+            yield kind, order, {"numel": tot}, arrays
+
+    def _alert(self, step: int, names: list[str], kinds: list[str], values: np.ndarray,
+               scalars: dict[str, float]) -> None:
+        if self._rules is None:
+            return
+        keys = [(k, n) for k, n in zip(kinds, names, strict=True) if k in SPIKE_KINDS]
+        vals = [values[i, 0] for i, k in enumerate(kinds) if k in SPIKE_KINDS]
+        for name in ("loss", "grad_norm"):
+            if name in scalars:
+                keys.append(("scalar", name))
+                vals.append(scalars[name])
+        ids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in keys), np.int64, len(keys))
+        found = self._rules.observe(step, ids, np.asarray(vals, np.float64))
+        if "sign_agree" in self._col:
+            numel = values[:, self._col["numel"]]
+            rows = [i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= DIRECTION_MIN_NUMEL]
+            dkeys = [("direction", names[i]) for i in rows]
+            dids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in dkeys), np.int64, len(rows))
+            found += self._rules.observe(step, dids, values[rows, self._col["sign_agree"]], direction=True)
+        if not found:
+            return
+        label = {v: k for k, v in self._series.items()}
+        for a in found:
+            kind, name = label[a.series]
+            what = {"scalar": name, "direction": f"gradient direction of {name}"}.get(kind, f"{kind} of {name}")
+            if a.rule == "nonfinite":
+                msg = f"{what} is {a.value} (first seen)"
+            elif a.rule == "spike":
+                msg = f"{what} spiked to {a.value:.4g}, above (1 + {self._rules.spike:g}) x its mean {a.reference:.4g}"
+            else:
+                msg = (f"{what} agrees with the previous step on {a.value:.1%} of signs, below (1 - "
+                       f"{self._rules.direction_drop:g}) x its mean {a.reference:.1%}")
+            line = f"msprobe_nb monitor: step {step}, rank {self.rank}: {msg}"
+            self.alerts.append(line)
+            print(line, file=sys.stdout, flush=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove every hook and close the file (the steps are committed already); safe to call twice."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        w, self._writer = getattr(self, "_writer", None), None
+        if w is not None:
+            w.close()
+
+    def __enter__(self) -> MonitorHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({len(self._params)} parameter(s), {self.step_index} step(s), "
+                f"{str(self.dump_path)!r})")
