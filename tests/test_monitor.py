@@ -1,0 +1,263 @@
+"""The gradient and training monitor (issue 18): two runs part where a change was planted, a planted NaN is the
+first anomaly, the run's numbers are bitwise those of the run without the monitor, and the record holds what
+the model's tensors hold."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import msprobe_nb as mp
+
+STEPS = 300
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(8, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+def _data():
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(64, 8, generator=g), torch.randn(64, 4, generator=g)
+
+
+def train(path=None, steps=STEPS, plant=None, groups=False, optimizer="sgd", monitor=True, **kw):
+    """``steps`` full-batch steps of ``Net``; ``plant(step, model, opt)`` runs between backward and the optimizer
+    step. Returns (losses, gradients of the last step, the monitor or None)."""
+    torch.manual_seed(0)
+    model = Net()
+    params = ([{"params": list(m.parameters())} for m in (model.fc1, model.fc2, model.fc3)] if groups
+              else model.parameters())
+    opt = (torch.optim.SGD(params, lr=0.05) if optimizer == "sgd" else torch.optim.AdamW(params, lr=1e-2))
+    mon = mp.Monitor(model, opt, dump_path=str(path), on_exists="overwrite", **kw) if monitor else None
+    x, y = _data()
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if plant is not None:
+            plant(step, model, opt)
+        opt.step()
+        losses.append(loss.detach().clone())
+        if mon is not None:
+            mon.step(loss=loss)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    if mon is not None:
+        mon.close()
+    return losses, grads, mon
+
+
+def _scale_fc2_at_180(step, model, opt):
+    if step == 180:
+        model.fc2.weight.grad.mul_(2.0)
+
+
+def _halve_fc2_lr_at_180(step, model, opt):
+    if step == 180:
+        opt.param_groups[1]["lr"] *= 0.5
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mon") / "ref"
+    train(path, signs=True)
+    return path
+
+
+def test_a_scaled_gradient_at_step_180_is_where_the_runs_part(reference, tmp_path):
+    train(tmp_path / "b", plant=_scale_fc2_at_180, signs=True)
+    g = mp.compare_monitors(tmp_path / "b", reference)
+    fd = g.first_divergence()
+    assert (fd.step, fd.name, fd.layer, fd.kind) == (180, "fc2.weight", "fc2", "grad")
+    assert fd.norm_ratio == pytest.approx(2.0, rel=1e-6) and fd.direction == 1.0  # scaled: same signs
+    before = g.table.loc[g.table["step"] < 180]
+    assert not before["parts"].any() and (before["norm_ratio"] == 1.0).all()
+    assert (before.loc[before["kind"] == "grad", "direction"] == 1.0).all()
+    at = g.parting()
+    assert set(at.loc[at["step"] == 180, "layer"]) == {"fc2"}  # only the planted layer parts at step 180
+
+
+def test_a_changed_learning_rate_of_one_group_at_step_180_is_named(tmp_path):
+    train(tmp_path / "a", groups=True, steps=190)
+    train(tmp_path / "b", groups=True, steps=190, plant=_halve_fc2_lr_at_180)
+    fd = mp.compare_monitors(tmp_path / "b", tmp_path / "a").first_divergence()
+    assert (fd.step, fd.layer, fd.kind) == (180, "fc2", "lr") and fd.norm_ratio == 0.5
+    same = mp.compare_monitors(tmp_path / "a", tmp_path / "a")
+    assert same.first_divergence() is None and not same.table["parts"].any()
+
+
+def test_a_nan_planted_at_step_240_is_the_first_anomaly_and_alerts_once(tmp_path, capsys):
+    def plant(step, model, opt):
+        if step == 240:
+            model.fc2.bias.grad[3] = float("nan")
+
+    _, _, mon = train(tmp_path / "nan", plant=plant, steps=250)
+    out = capsys.readouterr().out
+    a = mp.load_monitor(tmp_path / "nan").anomalies()
+    first = a.iloc[0]
+    assert (first["step"], first["rank"], first["name"], first["kind"], first["rule"]) == \
+        (240, 0, "fc2.bias", "grad", "nonfinite")
+    assert not (a["step"] < 240).any()  # nothing flagged before it
+    lines = [x for x in out.splitlines() if "grad of fc2.bias is nan" in x]
+    assert lines == ["msprobe_nb monitor: step 240, rank 0: grad of fc2.bias is nan (first seen)"]
+    assert lines[0] in mon.alerts
+    m = mp.load_monitor(tmp_path / "nan")
+    row = m.stats.loc[(m.stats["step"] == 240) & (m.stats["name"] == "fc2.bias") & (m.stats["kind"] == "grad")]
+    assert row["nan"].item() == 1 and math.isnan(row["norm"].item())
+
+
+def test_a_spike_and_a_direction_drop_are_flagged_where_planted(tmp_path):
+    def plant(step, model, opt):
+        if step == 40:
+            model.fc1.weight.grad.mul_(10.0)
+        if step == 60:
+            model.fc2.weight.grad.neg_()
+
+    train(tmp_path / "s", steps=70, plant=plant, signs=True)
+    a = mp.load_monitor(tmp_path / "s").anomalies()
+    spikes = a.loc[a["rule"] == "spike"]
+    assert (spikes.iloc[0]["step"], spikes.iloc[0]["name"]) == (40, "fc1.weight")
+    drops = a.loc[a["rule"] == "direction_drop"]
+    assert (drops.iloc[0]["step"], drops.iloc[0]["name"]) == (60, "fc2.weight")
+    assert drops.iloc[0]["value"] < 0.1  # every sign flipped
+
+
+def test_monitoring_changes_no_bit_of_the_loss_or_any_gradient(tmp_path):
+    plain_losses, plain_grads, _ = train(steps=25, monitor=False, optimizer="adam")
+    losses, grads, _ = train(tmp_path / "m", steps=25, optimizer="adam", activations=True, signs=True,
+                             histogram=[-0.01, 0.0, 0.01])
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, losses, strict=True))
+    assert grads.keys() == plain_grads.keys()
+    assert all(torch.equal(grads[n], plain_grads[n]) for n in grads)
+
+
+def test_the_record_holds_the_tensors_aggregates(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = _data()
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "r"), activations=True, histogram=[-0.01, 0.0, 0.01],
+                    signs=True) as mon:
+        for _ in range(3):
+            opt.zero_grad()
+            for half in (x[:32], x[32:]):  # two micro-batches accumulated into one step
+                nn.functional.mse_loss(model(half), y[:32]).backward()
+            grad = model.fc2.weight.grad.clone()
+            opt.step()
+            mon.step(loss=1.5)
+    m = mp.load_monitor(tmp_path / "r")
+    s = m.stats.loc[m.stats["step"] == 2].set_index(["kind", "name"])
+    g = s.loc[("grad", "fc2.weight")]
+    assert g["norm"] == pytest.approx(grad.norm().item(), rel=1e-6)
+    assert (g["min"], g["max"], g["numel"]) == pytest.approx((grad.min().item(), grad.max().item(), grad.numel()))
+    assert g["mean"] == pytest.approx(grad.mean().item(), rel=1e-5, abs=1e-9)
+    hist = [g[f"hist_{i}"] for i in range(4)]
+    assert hist == [(grad < -0.01).sum().item(), ((grad >= -0.01) & (grad < 0)).sum().item(),
+                    ((grad >= 0) & (grad < 0.01)).sum().item(), (grad >= 0.01).sum().item()]
+    w = s.loc[("weight", "fc2.weight")]
+    assert w["norm"] == pytest.approx(model.fc2.weight.norm().item(), rel=1e-6)  # after the update
+    st = opt.state[model.fc2.weight]
+    assert s.loc[("exp_avg_sq", "fc2.weight"), "norm"] == pytest.approx(st["exp_avg_sq"].norm().item(), rel=1e-6)
+    act = s.loc[("act", "fc1")]
+    with torch.no_grad():
+        outs = torch.cat([model.fc1(x[:32]), model.fc1(x[32:])])  # the weights of step 3's forward differ: shape only
+    assert act["numel"] == outs.numel()  # both micro-batches' outputs, as one row
+    assert ("act_grad", "fc3") in s.index
+    sc = m.scalars.set_index("step").loc[2]
+    assert (sc["loss"], sc["micro_batches"], sc["lr"]) == (1.5, 2.0, 1e-2)
+    grads = m.stats.loc[(m.stats["step"] == 2) & (m.stats["kind"] == "grad"), "norm"].to_numpy()
+    assert sc["grad_norm"] == pytest.approx(float(np.sqrt((grads.astype(np.float64) ** 2).sum())))
+    signs, blob = m.signs(0)
+    one = signs.loc[(signs["step"] == 2) & (signs["name"] == "fc2.weight")].iloc[0]
+    bits = np.unpackbits(blob[one["start"]:one["start"] + one["nbytes"]], bitorder="little")[: one["numel"]]
+    assert np.array_equal(bits.astype(bool), (grad > 0).reshape(-1).numpy())
+
+
+def test_a_grad_scaler_s_scale_and_a_skipped_step_are_recorded(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = _data()
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "gs"), grad_scaler=scaler, alerts=False) as mon:
+        for step in range(3):
+            opt.zero_grad()
+            scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
+            if step == 1:
+                model.fc1.bias.grad[0] = float("inf")  # the scaler skips the optimizer's step
+            scaler.step(opt)
+            scaler.update()
+            mon.step()
+    m = mp.load_monitor(tmp_path / "gs")
+    skipped = m.stats.loc[(m.stats["step"] == 1) & (m.stats["name"] == "fc1.bias") & (m.stats["kind"] == "grad")]
+    assert skipped["inf"].item() == 1  # read in step(), since no optimizer step happened
+    assert m.scalars["loss_scale"].tolist() == [1024.0, 512.0, 512.0]  # as step() finds it: after update()
+
+
+def test_bad_input_is_named(tmp_path):
+    model = Net()
+    with pytest.raises(ValueError, match="no parameter named 'fc9.weight'"):
+        mp.Monitor(model, dump_path=str(tmp_path / "x"), params=["fc9.weight"])
+    with pytest.raises(ValueError, match="stats must include 'norm'"):
+        mp.Monitor(model, dump_path=str(tmp_path / "x"), stats=["max"])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "monitor_rank0.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(mp.DumpFormatError, match=r"monitor_rank0\.h5.*not an HDF5 file"):
+        mp.load_monitor(tmp_path / "bad")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        mp.load_monitor(tmp_path / "nowhere")
+
+
+def test_a_second_monitor_on_the_same_folder_goes_beside_it(tmp_path):
+    model = Net()
+    with mp.Monitor(model, dump_path=str(tmp_path / "m")) as m1:
+        with pytest.warns(UserWarning, match="writing to"):
+            m2 = mp.Monitor(model, dump_path=str(tmp_path / "m"))
+        m2.close()
+        assert m1.dump_path.name == "m" and m2.dump_path.name == "m_1"
+    with pytest.raises(FileExistsError, match="already holds monitor_rank0.h5"):
+        mp.Monitor(model, dump_path=str(tmp_path / "m"), on_exists="error")
+
+
+def test_a_gpt2_model_from_a_config_is_monitored_without_changing_it(tmp_path):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: no GPT-2 to try")
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=16,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+    def run(path):
+        torch.manual_seed(0)
+        model = transformers.GPT2LMHeadModel(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        mon = mp.Monitor(model, opt, dump_path=str(path), activations=r"^transformer\.h\.\d+$", signs=True) \
+            if path else None
+        ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            if mon:
+                mon.step(loss=loss)
+        if mon:
+            mon.close()
+        return losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain, plain_g = run(None)
+    watched, g = run(tmp_path / "gpt2")
+    assert all(torch.equal(a, b) for a, b in zip(plain, watched, strict=True))
+    assert all(torch.equal(plain_g[n], g[n]) for n in plain_g)
+    m = mp.load_monitor(tmp_path / "gpt2")
+    assert set(m.stats.loc[m.stats["kind"] == "act", "name"]) == {"transformer.h.0", "transformer.h.1"}
+    assert m.stats.loc[m.stats["kind"] == "grad", "name"].nunique() == len(plain_g)
+    assert m.anomalies().empty
