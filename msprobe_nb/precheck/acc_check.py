@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture.random_apis import ATTENTION_DROPOUTS
 from msprobe_nb.precheck import standards as S
 from msprobe_nb.precheck.api_classes import ApiClass, backward_class, classify
 from msprobe_nb.precheck.api_resolver import Unresolvable, build_arguments, resolve
@@ -27,6 +28,8 @@ __all__ = ["acc_check", "check_calls"]
 
 #: ops that write into their first argument and return nothing to compare
 _NO_RESULT = frozenset({"__setitem__"})
+#: recorded tensors kept after reading (most recent last)
+_RECENT = 64
 _DTYPES = {"torch.float16": torch.float16, "torch.bfloat16": torch.bfloat16, "torch.float32": torch.float32,
            "torch.float64": torch.float64}
 
@@ -79,12 +82,22 @@ class _Checker:
         self.dump, self.step, self.rank = dump, step, rank
         self.bench_device, self.target, self.backward = bench_device, target, backward
         self.tensor_mode = tensor_mode
+        self._recent: dict[str, torch.Tensor] = {}
 
     def load(self, row: Row) -> torch.Tensor | None:
+        """The recorded tensor of ``row`` (None without one). One output is the next call's input, under the
+        same data_name: the last tensors read are kept (the replay never writes into them, it copies)."""
         if not row.data_name:
             return None
-        t = self.dump.load_tensor(row.data_name, step=self.step, rank=self.rank)
-        return t if isinstance(t, torch.Tensor) else torch.as_tensor(np.asarray(t))
+        cache = self._recent
+        t = cache.pop(row.data_name, None)
+        if t is None:
+            t = self.dump.load_tensor(row.data_name, step=self.step, rank=self.rank)
+            t = t if isinstance(t, torch.Tensor) else torch.as_tensor(np.asarray(t))
+            if len(cache) >= _RECENT:
+                del cache[next(iter(cache))]
+        cache[row.data_name] = t
+        return t
 
     def check(self, fwd: list[Row], bwd: list[Row] | None) -> list[dict[str, Any]]:
         r0 = fwd[0]
@@ -96,12 +109,15 @@ class _Checker:
         outputs = [r for r in fwd if r.io == "output"]
         tensor_out = [r for r in outputs if r.kind == "tensor"]
         out_dtype = tensor_out[0].dtype if tensor_out else ""
-        cls = classify(family, op, out_dtype)
+        scaled = any(r.arg == "alpha" and r.kind == "value" and r.value not in ("1", "1.0") for r in inputs)
+        cls = classify(family, op, out_dtype, scaled)
         rows: list[dict[str, Any]] = []
         unchecked = lambda why, **kw: _row(base, None, api_class=cls.standard, standard="", verdict="unchecked",  # noqa: E731
                                            reasons=why, **kw)
         if cls.standard == "random":
             return [unchecked("a random draw: the bench cannot draw the device's numbers, so it is not compared")]
+        if (family, op) in ATTENTION_DROPOUTS and _draws_in_attention(inputs):
+            return [unchecked("attention with dropout_p > 0 draws its mask inside the kernel: not compared")]
         if op in _NO_RESULT:
             return [unchecked(f"{op} writes into its input and returns nothing: the result is not in the dump")]
         if not tensor_out:
@@ -122,7 +138,7 @@ class _Checker:
             return [unchecked(str(exc))]
         except Exception as exc:  # the bench cannot run it: say so, never skip silently
             return [unchecked(f"the bench could not run it: {type(exc).__name__}: {exc}".strip()[:500])]
-        rows += self._grade_all(base, rep, lambda o: classify(family, op, o.dtype), exact)
+        rows += self._grade_all(base, rep, lambda o: classify(family, op, o.dtype, scaled), exact)
         if self.backward and bwd:
             rows += self._backward(base, fn, op, cls, inputs, bwd, ins)
         return rows
@@ -174,7 +190,7 @@ class _Checker:
         ins = Inputs(self.load, [])
         args, kwargs = build_arguments(inputs, ins.get, str(base["op"]))
         p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        training = kwargs.get("training", args[2] if len(args) > 2 else True)
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
         x, out = args[0] if args else kwargs.get("input"), self.load(o_row)
         if not isinstance(x, torch.Tensor) or out is None:
             return [_row(base, o, api_class="dropout", standard="", verdict="unchecked",
@@ -186,6 +202,17 @@ class _Checker:
             g = S.dropout(as_array(out), as_array(x), float(p), o.dtype)
         return [_row(base, o, api_class="dropout", standard=g.standard, verdict=g.verdict,
                      reasons=" | ".join(g.reasons), bench_dtype=o.dtype, **S.metrics_row(g))]
+
+
+def _draws_in_attention(inputs: list[Row]) -> bool:
+    """Whether a scaled_dot_product_attention call had ``dropout_p > 0`` (argument 4 or the keyword)."""
+    for r in inputs:
+        if r.kind == "value" and (r.arg == "dropout_p" or (r.arg == "4" and not r.is_kwarg)):
+            try:
+                return float(r.value) > 0
+            except ValueError:
+                return True
+    return False
 
 
 def _backward_name(call: str) -> str:
