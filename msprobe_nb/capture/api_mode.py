@@ -20,6 +20,7 @@ import torch.utils.checkpoint
 from torch.overrides import TorchFunctionMode
 
 from msprobe_nb.capture.api_backward import grad_inputs
+from msprobe_nb.capture.collectives import handles
 from msprobe_nb.capture.custom_functions import is_custom_forward, is_custom_node
 from msprobe_nb.capture.naming import resolve_api, tensor_operator
 from msprobe_nb.capture.random_apis import DRAWING_APIS
@@ -113,6 +114,8 @@ class ApiMode(TorchFunctionMode):
             except Exception as exc:
                 rec.note_error("naming", exc)
         family, op = resolved
+        if family == "Distributed" and self.record and handles(op):  # collectives: own layout and completion
+            return rec.collectives.call(func, op, args, kwargs, frame)
         policy = self.randomness
         if not self.record:
             if policy is None or (family, op) not in DRAWING_APIS:
@@ -125,6 +128,8 @@ class ApiMode(TorchFunctionMode):
         lock.acquire()
         rec.busy += 1
         try:
+            if rec.collectives.pending:  # an async collective may have completed: read it before it changes
+                rec.collectives.poll()
             if frame.f_code.co_name == "forward" and is_custom_forward(frame):
                 rec.functions.forward_frame(frame)
             c = rec.open_api(family, op, frame)

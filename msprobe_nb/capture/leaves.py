@@ -72,8 +72,20 @@ def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return list(walk(value, prefix))
 
 
+class RecordedValue:
+    """A non-tensor argument described by the capture module that understands it (a process group by its
+    ranks, a reduce op by name): :func:`describe_value` gives its type name and JSON text as they are."""
+
+    __slots__ = ("type_name", "text")
+
+    def __init__(self, type_name: str, text: str):
+        self.type_name, self.text = type_name, text
+
+
 def describe_value(x: Any) -> tuple[str, str]:
     """(type name, JSON text) for a non-tensor leaf, in msprobe's vocabulary (torch.dtype, slice, ...)."""
+    if type(x) is RecordedValue:
+        return x.type_name, x.text
     if isinstance(x, bool):
         return "bool", "true" if x else "false"
     if isinstance(x, int):

@@ -13,6 +13,8 @@ from functools import lru_cache
 import torch
 from torch.overrides import resolve_name
 
+from msprobe_nb.capture.collectives import FUNCTIONAL_NAMESPACES
+
 # BINARY_OP argument -> dunder name (CPython 3.11+ numbering, see dis._nb_ops).
 _NB_DUNDERS = [
     "__add__", "__and__", "__floordiv__", "__lshift__", "__matmul__", "__mul__", "__mod__", "__or__",
@@ -82,6 +84,8 @@ def _resolve(func) -> tuple[str, str] | None:
             return "Aten", op
         if ns in ("npu", "_C_ascend", "npu_graph"):
             return "NPU", op
+        if ns in FUNCTIONAL_NAMESPACES:  # functional collectives: recorded by capture.collectives
+            return "Distributed", f"{ns}.{op}"
         return ns, op  # custom op namespace, e.g. torch.library ops: "mylib.fused_gelu"
     name = resolve_name(func)
     if name is None:
@@ -93,6 +97,8 @@ def _resolve(func) -> tuple[str, str] | None:
             op = name[len(prefix):]
             if family == "Tensor" and op in IGNORED_TENSOR_METHODS:
                 return None
+            if family == "Distributed":
+                op = op.removeprefix("distributed_c10d.")  # msprobe: Distributed.all_reduce
             if family == "Torch" and op.startswith("_C."):
                 return None  # grad-mode switches and other interpreter state, not computations
             if family == "Torch" and op in ("is_tensor", "is_storage", "is_grad_enabled", "get_default_dtype",

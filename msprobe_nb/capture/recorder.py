@@ -18,10 +18,12 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the modes import them from here
+from msprobe_nb.capture.collectives import Collectives
 from msprobe_nb.capture.custom_functions import CustomFunctions
 from msprobe_nb.capture.grad_hooks import GradientHooks
 from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
+from msprobe_nb.capture.overflow_watch import OverflowWatch
 from msprobe_nb.capture.stacks import StackTable
 from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
 from msprobe_nb.store.schema import Coded
@@ -63,6 +65,8 @@ class Recorder:
         self._wanted: dict[tuple[str, str], bool] = {}
         self.grads = GradientHooks(self)  # API and module backward, parameter gradients
         self.functions = CustomFunctions(self)  # custom autograd.Function calls of this step
+        self.collectives = Collectives(self)  # torch.distributed calls, async completions
+        self.overflow = OverflowWatch() if cfg.task == "overflow_check" else None
         self.scope_on = not cfg.scope
         self._all_data = not cfg.data_mode or "all" in cfg.data_mode  # no data_mode filter to apply
         self._select_all = not cfg.scope and not cfg.list  # no scope / list filter to apply
@@ -109,6 +113,8 @@ class Recorder:
             self._stale = False
 
     def wants_step(self) -> bool:
+        if self.overflow is not None and self.overflow.found:
+            return False  # overflow_check: the first overflow is written, nothing more to record
         return not self.cfg.step or self.step in self.cfg.step
 
     # ------------------------------------------------------------------ naming and filters
@@ -283,6 +289,13 @@ class Recorder:
             return
         self._next_tensor_id += 1
 
+    def rewritten(self, t: torch.Tensor) -> None:
+        """``t`` was written in place by a call that leaves its version counter alone (a collective): the
+        next sighting summarises it again instead of reusing the summary cached for its version."""
+        e = self._seen.get(id(t))
+        if e is not None and e[0]() is t:
+            e[1] = -1
+
     def mark_written(self, t: torch.Tensor, call: str) -> None:
         """``call`` wrote into ``t`` in place and returned something else (``x[i] = v``): from now on ``t``
         is the call's product, not its creator's (uninitialised memory filled, a buffer overwritten)."""
@@ -344,7 +357,9 @@ class Recorder:
 
     # ------------------------------------------------------------------ flush
     def materialize(self) -> dict[str, Any] | None:
-        """Columns of this step's rows (with statistics read back once) and the tensors, or None if empty."""
+        """Columns of this step's rows (with statistics read back once) and the tensors, or None if empty
+        (or, for the overflow_check task, when the step holds no overflow)."""
+        self.collectives.step_ends()
         if not self.rows:
             return None
         stats, hashes = self.summarizer.materialize()
@@ -393,8 +408,9 @@ class Recorder:
                     tensors[dn] = self.summarizer.tensors[i]
                 data_names[r] = dn
             out["data_name"] = data_names
-        return {"columns": out, "tensors": tensors, "stacks": self.stacks.render_new(),
+        data = {"columns": out, "tensors": tensors, "stacks": self.stacks.render_new(),
                 "construct": dict(self.construct)}
+        return data if self.overflow is None else self.overflow.keep(data)
 
     def note_error(self, where: str, exc: BaseException) -> None:
         """Never break the user's model: remember the failure, warn once, carry on."""
