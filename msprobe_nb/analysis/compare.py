@@ -21,6 +21,7 @@ from .divergence import Divergence, find_divergences
 from .grading import Thresholds, grade, summarize_calls
 from .matching import Mapping, MatchError, match_rows
 from .msprobe_csv import EXTRA_COLUMNS, MSPROBE_HEADERS, msprobe_frame  # noqa: F401 - re-exported
+from .ranks import check_world_sizes, collective_table, first_across_ranks
 
 MODES = ("auto", "statistics", "tensor", "md5")
 _REQUIRED = ("step", "rank", "call_index", "call", "name")
@@ -146,6 +147,7 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     notes: list[str] = []
     mode = _resolve_mode(mode, n_side, b_side, notes)
     try:
+        notes += check_world_sizes(n_side.calls, b_side.calls, _meta(n_side), _meta(b_side), rank_map)
         mp = Mapping.load(mapping)
         m = match_rows(n_side.calls, b_side.calls, fuzzy=fuzzy, mapping=mp, rank_map=rank_map, step_map=step_map)
     except MatchError as e:
@@ -181,6 +183,11 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     for note in said + [n for n in notes if "without a counterpart" in n]:
         warnings.warn(note, stacklevel=2)
     return res
+
+
+def _meta(side: _Side) -> dict:
+    meta = getattr(side.dump, "meta", None)
+    return meta if isinstance(meta, dict) else {}
 
 
 def _same_dump(npu: Any, bench: Any, n_side: _Side, b_side: _Side) -> bool:
@@ -327,24 +334,34 @@ class CompareResult(pd.DataFrame):
 
     def divergences(self, thresholds: Thresholds | None = None) -> list[Divergence]:
         """The first divergence of each (step, rank) pair (of the rows this table holds)."""
+        t, th = self._diverging(thresholds)
+        return find_divergences(t, th, self._stack_of, self.mode)
+
+    def _diverging(self, thresholds: Thresholds | None) -> tuple[pd.DataFrame, Thresholds]:
+        """The rows as a plain frame, ``diverges`` recomputed when ``thresholds`` moves the tolerance."""
         self._needs("pair", "call", "io", "match", "diverges", "err")
         t = pd.DataFrame(self)
         th = thresholds or self.thresholds
         if thresholds is not None and (thresholds.diverge_rtol, thresholds.diverge_rtol_by_dtype) != \
                 (self.thresholds.diverge_rtol, self.thresholds.diverge_rtol_by_dtype):
             t["diverges"] = diverging(t, th)
-        return find_divergences(t, th, self._stack_of, self.mode)
+        return t, th
 
     def first_divergence(self, step: int | None = None, rank: int | None = None,
                          thresholds: Thresholds | None = None) -> Divergence | None:
         """The earliest call whose inputs agree and outputs diverge (see docs/compare.md); None if all agree.
 
-        Without ``step``/``rank``: the earliest step, then the earliest call, over all ranks.
+        Without ``rank``, over several ranks: a :class:`~msprobe_nb.analysis.ranks.RankDivergence`, the
+        earliest step, then the collective order across ranks, with the rank where the runs part and how
+        the difference spread through collectives (docs/distributed.md).
         """
         ds = [d for d in self.divergences(thresholds)
               if (step is None or d.step == step) and (rank is None or d.rank == rank)]
         if not ds:
             return None
+        if rank is None and self["rank"].nunique() > 1:
+            t, _ = self._diverging(thresholds)
+            return first_across_ranks(ds, collective_table(t), sorted(int(r) for r in pd.unique(self["rank"])))
         return min(ds, key=lambda d: (d.step, d.call_index, d.rank))
 
     # -- export

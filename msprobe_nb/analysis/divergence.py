@@ -371,6 +371,7 @@ def _chain(codes: np.ndarray, uniq: np.ndarray, c0: int, div: np.ndarray, is_in:
     if len(idx) == 0:
         return [], []
     err = g["err"].to_numpy(dtype=float, na_value=np.nan)
+    names = g["name"].astype(object).to_numpy()  # one array, not a pandas lookup per chained call
     reached = {str(uniq[c0])}
     calls: list[str] = []
     rows: list[dict] = []
@@ -384,6 +385,6 @@ def _chain(codes: np.ndarray, uniq: np.ndarray, c0: int, div: np.ndarray, is_in:
         last = c
         reached.add(name)
         calls.append(name)
-        rows.append({"call": name, "call_index": int(ci[i]), "via": str(g["name"].iat[i]),
+        rows.append({"call": name, "call_index": int(ci[i]), "via": str(names[i]),
                      "producer": p, "err": float(err[i])})
     return calls, rows

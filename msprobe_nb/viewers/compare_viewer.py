@@ -384,8 +384,23 @@ class CompareViewer(BaseViewer):
 
         w = shell.w
         w["trace"] = W.HTML("<p>open this tab to trace the first divergence to its random source</p>")
-        return [("Trace", w["trace"])]
+        tabs = [("Trace", w["trace"])]
+        if "rank" in self.table.columns and self.table["rank"].nunique() > 1:
+            w["ranks"] = W.VBox([W.HTML("<p>open this tab for the rank x step grid of verdicts</p>")])
+            tabs.append(("Ranks", w["ranks"]))
+        return tabs
+
+    def open_rank(self, rank: int, step: int) -> CompareViewer:
+        """Show that rank's calls of that step (what a click on the Ranks grid does)."""
+        self.set_state(rank=int(rank), step=int(step), page=0)
+        if self._w is not None:
+            self._w["tabs"].selected_index = 0
+        return self
 
     def _on_tab(self, index: int) -> None:
         if index == 3 and self._w is not None:
             self._w["trace"].value = self.trace_html()
+        if index == 4 and self._w is not None and "ranks" in self._w:
+            from .rank_grid import RankGrid
+            self.rank_grid = RankGrid(self.result, self.open_rank)
+            self._w["ranks"].children = [self.rank_grid.widget]
