@@ -52,7 +52,8 @@ def test_the_collective_order_decides_between_two_overflows():
     # rank 0 overflows at its call #1, after the all_reduce; rank 1 at its call #3, before it: rank 1 is first
     calls = {0: [f("Distributed.all_reduce.0.forward", 1, 2), f("Torch.exp.0.forward", 2, INF)],
              1: [f("Functional.a.0.forward", 1, 1), f("Functional.b.0.forward", 1, 1),
-                 f("Functional.c.0.forward", 1, 1), f("Torch.exp.0.forward", 1, INF), f("Distributed.all_reduce.0.forward", 1, 2)]}
+                 f("Functional.c.0.forward", 1, 1), f("Torch.exp.0.forward", 1, INF),
+                 f("Distributed.all_reduce.0.forward", 1, 2)]}
     o = find_overflow(table(calls))
     assert (o.rank, o.call, o.call_index) == (1, "Torch.exp.0.forward", 3)
 
