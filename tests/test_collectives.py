@@ -213,3 +213,55 @@ def test_first_overflow_needs_finite_inputs_and_a_non_finite_output():
 def test_overflow_check_is_a_kit_task():
     assert load_config(task="overflow_check").task == "overflow_check"
     assert load_config({"task": "overflow_check", "overflow_check": {"overflow_nums": 1}}).task == "overflow_check"
+
+
+class _Done:
+    """Stands for a Work without a future, or an AsyncCollectiveTensor: complete once told so."""
+
+    def __init__(self):
+        self.completed = False
+
+    def is_completed(self) -> bool:
+        return self.completed
+
+
+@pytest.mark.parametrize("via", ["work", "act"])
+def test_pending_outputs_are_read_once_complete_and_dropped_after_the_step(via):
+    import sys
+    import weakref
+
+    from msprobe_nb.capture.collectives import _Pending
+    from msprobe_nb.capture.recorder import Recorder
+    from msprobe_nb.config import DumpConfig
+
+    rec = Recorder(DumpConfig(stack=False))
+    coll = rec.collectives
+    names = []
+    for _ in range(2):
+        c = rec.open_api("Distributed", "irecv", sys._getframe())
+        t = torch.full((3,), 2.0)
+        rec.add_rows(c, "forward", "input", (t,))
+        done = _Done()
+        p = _Pending(c, [t], {}, coll.epoch, work=done if via == "work" else None, tensor=t)
+        if via == "act":
+            p.act = weakref.ref(done)
+        coll.pending.append(p)
+        coll.poll()
+        assert coll.pending == [p]  # not complete: nothing read yet
+        t.fill_(5.0)  # what the collective wrote in place
+        done.completed = True
+        names.append(c.call)
+        if len(names) == 1:
+            coll.poll()
+            assert coll.pending == []
+        else:
+            coll.step_ends()  # seen complete only at the step's end
+    cols = rec.materialize()["columns"]
+    out = [(n, mx) for n, mx in zip(cols["name"], cols["max"]) if n.endswith(".output.0")]
+    assert out == [(f"{names[0]}.output.0", 5.0), (f"{names[1]}.output.0", 5.0)]
+    c = rec.open_api("Distributed", "irecv", sys._getframe())
+    late = _Done()
+    coll.pending.append(_Pending(c, [torch.ones(1)], {}, coll.epoch - 1, work=late))
+    late.completed = True
+    coll.poll()  # completed after its step was written: dropped, not added to this step
+    assert coll.pending == [] and all(r[1] != f"{c.call}.output.0" for r in rec.rows)
