@@ -256,6 +256,18 @@ def test_online_task_writes_verdicts_and_no_tensors(tmp_path):
     assert len(back) == len(pre) and list(back["verdict"]) == list(pre["verdict"])
 
 
+def test_online_task_fails_a_kernel_wrong_while_the_step_runs(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 2))
+    x = torch.randn(16, 8)
+    with planted_kernels(("sigmoid",)):  # wrong in float32, right in the float64 bench
+        with mp.record(dump_path=str(tmp_path / "on"), task="acc_check", level="L1", model=model) as dbg:
+            model(x).sum().backward()
+    pre = dbg.acc_check_result
+    assert set(pre.failures()["api"]) == {"Torch.sigmoid.0.forward"}, pre[["api", "verdict", "reasons"]]
+    assert "ULP" in pre.failures()["reasons"].iloc[0]
+
+
 def test_viewer_filters_and_details(tmp_path):
     pre = mp.acc_check(_mlp_dump(tmp_path, bad_softmax=True))
     v = mp.AccCheckViewer(pre)

@@ -53,7 +53,8 @@ def _grade(cls: ApiClass, o: Output, ref_error: str) -> S.Grade:
             g.standard = "binary (cast)"
             if g.verdict == "error":
                 g.verdict = "warning"
-                g.reasons.append("warning: a cast is of limited value as a check (its bench rounds twice)")
+                g.reasons = [r.replace("error: ", "warning: ", 1) for r in g.reasons]
+            g.reasons.append("note: a cast is of limited value as a check (the pre-check FAQ)")
         return g
     if cls.standard == "ulp":
         return S.ulp(dev, bench, o.dtype)
@@ -112,8 +113,10 @@ class _Checker:
         scaled = any(r.arg == "alpha" and r.kind == "value" and r.value not in ("1", "1.0") for r in inputs)
         cls = classify(family, op, out_dtype, scaled)
         rows: list[dict[str, Any]] = []
-        unchecked = lambda why, **kw: _row(base, None, api_class=cls.standard, standard="", verdict="unchecked",  # noqa: E731
-                                           reasons=why, **kw)
+
+        def unchecked(why: str) -> dict[str, Any]:
+            return _row(base, None, api_class=cls.standard, standard="", verdict="unchecked", reasons=why)
+
         if cls.standard == "random":
             return [unchecked("a random draw: the bench cannot draw the device's numbers, so it is not compared")]
         if (family, op) in ATTENTION_DROPOUTS and _draws_in_attention(inputs):

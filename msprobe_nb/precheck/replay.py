@@ -114,6 +114,12 @@ def _flatten(out: Any) -> dict[str, Any]:
     return dict(leaves(out if isinstance(out, (tuple, list, dict)) else (out,)))
 
 
+def _call(fn: Callable, args: list, kwargs: dict, device: Any, up: bool) -> dict[str, Any]:
+    """``fn`` on copies of the arguments on ``device`` (raised to the bench dtype when ``up``), its outputs by
+    row path."""
+    return _flatten(fn(*_convert(args, device, up), **_convert(kwargs, device, up)))
+
+
 def _leaf_at(args: list, kwargs: dict, path: str) -> Any:
     parts = path.split(".")
     obj: Any = kwargs if not parts[0].isdigit() else args
@@ -125,10 +131,6 @@ def _leaf_at(args: list, kwargs: dict, path: str) -> Any:
     return obj
 
 
-def _run(fn: Callable, args: list, kwargs: dict) -> Any:
-    return fn(*args, **kwargs)
-
-
 def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inputs, *,
                    bench_device: str, target: str | None, exact: bool, reference: bool,
                    recorded: Callable[[Any], torch.Tensor | None]) -> Replay:
@@ -138,11 +140,11 @@ def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inpu
     rep = Replay(notes=ins.notes)
     args, kwargs = build_arguments(inputs, ins.get, op)
     with torch.no_grad():
-        bench = _flatten(_run(fn, _convert(args, bench_device, not exact), _convert(kwargs, bench_device, not exact)))
+        bench = _call(fn, args, kwargs, bench_device, not exact)
         ref_out: dict[str, Any] | None = None
         if reference:
             try:
-                ref_out = _flatten(_run(fn, _convert(args, bench_device, False), _convert(kwargs, bench_device, False)))
+                ref_out = _call(fn, args, kwargs, bench_device, False)
             except Exception as exc:  # a kernel the bench device lacks for this dtype (bf16 on some CPUs)
                 rep.ref_error = f"no {op} kernel in the recorded dtype on {bench_device}: {type(exc).__name__}: {exc}"
         device_out: dict[str, Any] | None = None
@@ -150,10 +152,9 @@ def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inpu
         if any(v is None for v in rec.values()):
             rep.approximate = True
             if target is None or str(target) == str(bench_device):
-                device_out = ref_out if ref_out is not None else _flatten(
-                    _run(fn, _convert(args, bench_device, False), _convert(kwargs, bench_device, False)))
+                device_out = ref_out if ref_out is not None else _call(fn, args, kwargs, bench_device, False)
             else:
-                device_out = _flatten(_run(fn, _convert(args, target, False), _convert(kwargs, target, False)))
+                device_out = _call(fn, args, kwargs, target, False)
     rep.approximate = rep.approximate or ins.generated
     for r in outputs:
         if r.kind != "tensor":
@@ -192,7 +193,7 @@ def replay_backward(fn: Callable, op: str, inputs: list, grad_in: list, grad_out
         ids = {id(t) for t in leaves_at.values()}
         a, k = _convert(args, device, up, ids), _convert(kwargs, device, up, ids)
         with torch.enable_grad():
-            out = _flatten(_run(fn, a, k))
+            out = _flatten(fn(*a, **k))
             outs, gos = [], []
             for p, g in seeds.items():
                 t = out.get(p)
