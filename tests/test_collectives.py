@@ -56,8 +56,11 @@ def _group(row) -> list[int]:
 @needs_gloo
 def test_collectives_are_named_grouped_and_valued(world_run):
     world, root = world_run
-    calls = load(root / "collectives" / "dump").calls
+    dump = load(root / "collectives" / "dump")
+    calls = dump.calls
     total = world * (world + 1) / 2
+    for call in ("Distributed.all_reduce.0.forward", "Distributed.irecv.0.forward"):  # batch_isend_irecv's
+        assert "distributed_runs.py" in dump.stack(call)[0]  # the stack starts where the user called it
     for rank in range(world):
         facts = json.loads((root / "collectives" / f"facts{rank}.json").read_text())
         assert facts["errors"] == []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import weakref
 import zlib
@@ -56,6 +57,9 @@ OUTPUT_BUFFERS = {"all_gather": "tensor_list", "all_gather_coalesced": "output_t
 _ALIASES = {"all_gather_single": ("all_gather_into_tensor", "_all_gather_base"),
             "reduce_scatter_single": ("reduce_scatter_tensor", "_reduce_scatter_base")}
 _C10D_FILE = getattr(_c10d, "__file__", "") or ""
+#: torch's files between the caller and the mode: the override dispatch and torch.distributed's own layers
+_TORCH_DIST_DIR = os.path.dirname(getattr(_dist, "__file__", "") or "") + os.sep
+_OVERRIDES_FILE = torch.overrides.__file__
 #: parameters recorded as keywords wherever they stand (callers pass them so; the group row is ``group``)
 KEYWORDS = frozenset({"op", "group", "async_op", "tag", "group_src", "group_dst"})
 
@@ -80,6 +84,16 @@ def op_name(func, default: str) -> str:
             return f.f_code.co_name
         f = f.f_back
     return default
+
+
+def caller(frame):
+    """The first frame outside torch.distributed and torch's override dispatch: the call's own stack starts
+    where the user called it (``batch_isend_irecv``'s line for the ``isend`` it makes)."""
+    f = frame
+    while f is not None and (f.f_code.co_filename == _OVERRIDES_FILE
+                             or f.f_code.co_filename.startswith(_TORCH_DIST_DIR)):
+        f = f.f_back
+    return f if f is not None else frame
 
 
 def group_record(group) -> RecordedValue | None:
@@ -196,7 +210,7 @@ class Collectives:
             try:
                 if self.pending:
                     self.poll()
-                c = rec.open_api("Distributed", op, frame)
+                c = rec.open_api("Distributed", op, caller(frame))
                 if functional:
                     pos, kw = list(args), dict(kwargs)
                     group = group_record(pos[-1] if pos and isinstance(pos[-1], str) else None)
