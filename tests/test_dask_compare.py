@@ -100,11 +100,12 @@ def test_world_sizes_and_missing_ranks_on_dask(dumps, tmp_path, client):
         compare_on_dask(Path(npu) / "rank0.h5", bench, client=client)
 
 
-def test_the_command_line_compares_on_dask_on_a_local_cluster_of_processes(dumps, tmp_path, capsys):
+def test_the_command_line_compares_on_dask(dumps, tmp_path, capsys, client):
+    # (the default LocalCluster of worker processes runs in tests/test_bench_ranks.py)
     from msprobe_nb.cli import main
     npu, bench = dumps
     out = tmp_path / "r.csv"
-    assert main(["compare", str(npu), str(bench), "--workers", "1", "-o", str(out)]) == 0
+    assert main(["compare", str(npu), str(bench), "--scheduler", client.scheduler.address, "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "compared on Dask" in text and "first divergence over 4 ranks" in text and out.is_file()
     here = compare(npu, bench).to_msprobe_frame()
