@@ -1,0 +1,237 @@
+"""``MonitorViewer(g)``: a monitor record or a comparison of two, in a notebook.
+
+A heat map of layer x step for a chosen value and kind (a comparison's ``norm_ratio`` of gradients first), the
+loss and gradient-norm curves (two runs overlaid), the anomaly list, and the numbers of one step and layer:
+clicking a heat map cell opens them. The state is plain Python (``state``, ``set_state``, ``click_cell``) over
+:mod:`msprobe_nb.viewers.monitor_plots`, so everything works and is tested without a browser; the heat map is a
+small anywidget canvas where anywidget is installed, else a PNG with a step and a name picker.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import monitor_plots as MP
+from .plots import figure_png
+
+__all__ = ["HEATMAP_MAX_STEPS", "MonitorViewer", "heatmap_payload"]
+
+#: steps shown side by side in the heat map before they are binned
+HEATMAP_MAX_STEPS = 300
+
+_HEAT_ESM = r"""
+function render({ model, el }) {
+  const wrap = document.createElement("div");
+  wrap.style.cssText = "overflow:auto;max-height:32em;border:1px solid #ccc";
+  const canvas = document.createElement("canvas");
+  const tip = document.createElement("div");
+  tip.style.cssText = "font:12px monospace;color:#444;height:1.4em";
+  wrap.appendChild(canvas); el.appendChild(tip); el.appendChild(wrap);
+  function draw() {
+    const p = model.get("payload"); const rows = p.rows || [], cols = p.cols || [];
+    const cw = p.cell_w || 4, ch = p.cell_h || 10;
+    canvas.width = Math.max(1, cols.length * cw); canvas.height = Math.max(1, rows.length * ch);
+    const ctx = canvas.getContext("2d");
+    const bytes = Uint8Array.from(atob(p.shades || ""), c => c.charCodeAt(0));
+    for (let r = 0; r < rows.length; r++) for (let c = 0; c < cols.length; c++) {
+      const v = bytes[r * cols.length + c];
+      const g = Math.round(240 - v * 0.94), b = Math.round(200 - v * 0.78);
+      ctx.fillStyle = v === 255 ? "#ddd" : `rgb(${255 - Math.round(v * 0.4)},${g},${b})`;
+      ctx.fillRect(c * cw, r * ch, cw, ch);
+    }
+    const sel = p.selected;
+    if (sel) { ctx.strokeStyle = "#1565c0"; ctx.lineWidth = 2; ctx.strokeRect(sel[1] * cw, sel[0] * ch, cw, ch); }
+  }
+  function at(e) {
+    const p = model.get("payload"); const b = canvas.getBoundingClientRect();
+    const c = Math.floor((e.clientX - b.left) / (p.cell_w || 4));
+    const r = Math.floor((e.clientY - b.top) / (p.cell_h || 10));
+    return (r >= 0 && r < p.rows.length && c >= 0 && c < p.cols.length) ? [r, c] : null;
+  }
+  canvas.addEventListener("mousemove", e => { const q = at(e); const p = model.get("payload");
+    tip.textContent = q ? `${p.rows[q[0]]} @ step ${p.cols[q[1]]}` : ""; });
+  canvas.addEventListener("click", e => {
+    const q = at(e); if (q) model.send({ event: "cell", row: q[0], col: q[1] }); });
+  model.on("change:payload", draw); draw();
+}
+export default { render };
+"""
+
+_heat_class: Any = None
+
+
+def _heat_widget(**kw: Any):
+    """The heat map canvas (an anywidget), or None where anywidget is not installed."""
+    global _heat_class
+    if _heat_class is None:
+        try:
+            import anywidget
+            import traitlets as T
+        except ImportError:
+            _heat_class = False
+            return None
+
+        class HeatMap(anywidget.AnyWidget):
+            """Cells of ``payload`` (``heatmap_payload``); a click sends ``{"event": "cell", "row", "col"}``."""
+
+            _esm = _HEAT_ESM
+            payload = T.Dict().tag(sync=True)
+
+            def __init__(self, **k: Any):
+                super().__init__(**k)
+                self.on_cell = None
+                self.on_msg(self._on_msg)
+
+            def _on_msg(self, _w: Any, content: Any, _b: Any) -> None:
+                if isinstance(content, dict) and content.get("event") == "cell" and self.on_cell:
+                    self.on_cell(int(content["row"]), int(content["col"]))
+
+        _heat_class = HeatMap
+    return _heat_class(**kw) if _heat_class else None
+
+
+def heatmap_payload(h: pd.DataFrame, value: str, selected: tuple[int, str] | None = None) -> dict[str, Any]:
+    """What the canvas draws: row names, step columns, one shade byte per cell (255: no value), the selection."""
+    shade = MP.heat_scale(h, value) if not h.empty else np.zeros((0, 0))
+    b = np.where(np.isnan(shade), 255, np.round(shade * 254)).astype(np.uint8)
+    sel = None
+    if selected is not None and selected[1] in h.index and len(h.columns):
+        cols = list(h.columns)
+        col = max((i for i, c in enumerate(cols) if c <= selected[0]), default=0)
+        sel = [list(h.index).index(selected[1]), col]
+    return {"rows": [str(x) for x in h.index], "cols": [int(c) for c in h.columns],
+            "shades": base64.b64encode(b.tobytes()).decode(), "cell_w": 4 if len(h.columns) > 100 else 10,
+            "cell_h": 10, "selected": sel}
+
+
+class MonitorViewer:
+    """Browse ``source``: a ``MonitorFrame`` (``load_monitor``), a ``MonitorComparison`` (``compare_monitors``)
+    or a path (loaded). ``state``: value, kind, rank and the selected (step, name); ``click_cell(step, name)``
+    opens a cell's numbers (``selected_numbers``)."""
+
+    def __init__(self, source: Any, value: str | None = None, kind: str = "grad") -> None:
+        if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
+            from msprobe_nb.analysis.monitor_frame import load_monitor
+
+            source = load_monitor(source)
+        self.source = source
+        self.comparison = MP.is_comparison(source)
+        fd = source.first_divergence() if self.comparison else None
+        self.divergence = fd
+        self.state: dict[str, Any] = {"value": value or MP.value_choices(source)[0], "kind": kind, "rank": None,
+                                      "selected": (fd.step, fd.name) if fd is not None and fd.kind == kind else None}
+        self._widget = None
+
+    # -- the model ---------------------------------------------------------------------------------------
+    def kinds(self) -> list[str]:
+        rows = self.source.table if self.comparison else self.source.stats
+        return sorted(set(rows["kind"]))
+
+    def heatmap(self) -> pd.DataFrame:
+        s = self.state
+        return MP.heatmap_frame(self.source, s["value"], s["kind"], s["rank"], max_steps=HEATMAP_MAX_STEPS)
+
+    def curves(self) -> pd.DataFrame:
+        return MP.curves_frame(self.source, self.state["rank"])
+
+    def anomalies(self) -> pd.DataFrame:
+        return MP.anomaly_frame(self.source)
+
+    def selected_numbers(self) -> pd.DataFrame:
+        sel = self.state["selected"]
+        if sel is None:
+            return pd.DataFrame()
+        return MP.cell_numbers(self.source, sel[0], sel[1], self.state["rank"])
+
+    def set_state(self, **changes: Any) -> None:
+        """Change ``value``, ``kind``, ``rank`` or ``selected`` (unknown keys or values are a ValueError)."""
+        bad = sorted(set(changes) - set(self.state))
+        if bad:
+            raise ValueError(f"unknown viewer state {bad}; known: {sorted(self.state)}")
+        if "value" in changes and changes["value"] not in MP.value_choices(self.source):
+            raise ValueError(f"value {changes['value']!r} is not one of {MP.value_choices(self.source)}")
+        if "kind" in changes and changes["kind"] not in self.kinds():
+            raise ValueError(f"kind {changes['kind']!r} is not one of {self.kinds()}")
+        self.state.update(changes)
+        self._sync()
+
+    def click_cell(self, step: int, name: str) -> pd.DataFrame:
+        """Open the numbers of ``name`` at ``step`` (what a click on that heat map cell does); returns them."""
+        self.state["selected"] = (int(step), str(name))
+        self._sync(heat=False)
+        return self.selected_numbers()
+
+    def _on_cell(self, row: int, col: int) -> None:
+        h = self._heat_frame
+        self.click_cell(int(h.columns[col]), str(h.index[row]))
+
+    # -- the widgets -------------------------------------------------------------------------------------
+    def widget(self):
+        """The ipywidgets layout (built once)."""
+        if self._widget is None:
+            self._build()
+        return self._widget
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget())
+
+    def _build(self) -> None:
+        import ipywidgets as W
+
+        s = self.state
+        self._w_value = W.Dropdown(options=MP.value_choices(self.source), value=s["value"], description="value")
+        self._w_kind = W.Dropdown(options=self.kinds(), value=s["kind"] if s["kind"] in self.kinds() else None,
+                                  description="kind")
+        self._w_value.observe(lambda ch: self.set_state(value=ch["new"]), names="value")
+        self._w_kind.observe(lambda ch: self.set_state(kind=ch["new"]), names="value")
+        self._heat = _heat_widget()
+        if self._heat is not None:
+            self._heat.on_cell = self._on_cell
+            heat_box = self._heat
+        else:  # no anywidget: a picture, and a step and a name to open
+            self._heat_img = W.Image(format="png")
+            self._w_step = W.BoundedIntText(description="step", min=0, max=max(self._all_steps() or [0]))
+            self._w_name = W.Dropdown(description="layer", options=[])
+            open_btn = W.Button(description="open")
+            open_btn.on_click(lambda _b: self.click_cell(self._w_step.value, self._w_name.value))
+            heat_box = W.VBox([self._heat_img, W.HBox([self._w_step, self._w_name, open_btn])])
+        self._curves_img = W.Image(format="png")
+        self._anoms = W.HTML()
+        self._numbers = W.HTML()
+        head = W.HTML(f"<b>first divergence:</b> {self.divergence}" if self.comparison else "")
+        self._widget = W.VBox([head, W.HBox([self._w_value, self._w_kind]), heat_box, self._numbers,
+                               self._curves_img, W.HTML("<b>anomalies</b>"), self._anoms])
+        self._sync()
+
+    def _all_steps(self) -> list[int]:
+        return self.source.a.steps if self.comparison else self.source.steps
+
+    def _sync(self, heat: bool = True) -> None:
+        if self._widget is None:
+            return
+        s = self.state
+        if heat:
+            self._heat_frame = h = self.heatmap()
+            if self._heat is not None:
+                self._heat.payload = heatmap_payload(h, s["value"], s["selected"])
+            else:
+                self._heat_img.value = figure_png(MP.heatmap_figure(h, s["value"], mark=s["selected"]))
+                self._w_name.options = list(h.index)
+            fd = self.divergence.step if self.divergence is not None else None
+            self._curves_img.value = figure_png(MP.curves_figure(self.curves(), fd))
+            a = self.anomalies()
+            self._anoms.value = a.head(50).to_html(index=False) if len(a) else "<i>none</i>"
+        elif self._heat is not None:
+            self._heat.payload = heatmap_payload(self._heat_frame, s["value"], s["selected"])
+        n = self.selected_numbers()
+        sel = s["selected"]
+        self._numbers.value = ("" if sel is None else f"<b>step {sel[0]}, {sel[1]}</b>" + n.to_html(index=False))
+
+    def __repr__(self) -> str:
+        what = "comparison" if self.comparison else "record"
+        return f"MonitorViewer({what}, value={self.state['value']!r}, kind={self.state['kind']!r})"

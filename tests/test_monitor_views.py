@@ -1,0 +1,115 @@
+"""MonitorViewer and the TensorBoard export over two short monitored runs that part at a planted step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import msprobe_nb as mp
+from msprobe_nb.viewers import monitor_plots as MP
+from msprobe_nb.viewers.monitor_viewer import heatmap_payload
+
+PLANT = 12
+
+
+def _run(path, plant):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(32, 6, generator=torch.Generator().manual_seed(1)), torch.randn(32, 3)
+    with mp.Monitor(model, opt, dump_path=str(path), signs=True, activations=True, alerts=False) as mon:
+        for step in range(20):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            if plant and step == PLANT:
+                model[2].weight.grad.mul_(3.0)
+            opt.step()
+            mon.step(loss=loss)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("views")
+    _run(root / "a", plant=True)
+    _run(root / "b", plant=False)
+    return root
+
+
+def test_the_heat_map_shows_the_planted_cell_and_bins_long_runs(runs):
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    h = MP.heatmap_frame(g, "norm_ratio", "grad")
+    assert list(h.index) == ["0.weight", "0.bias", "2.weight", "2.bias"]  # model order
+    assert list(h.columns) == list(range(20))
+    assert h.loc["2.weight", PLANT] == pytest.approx(3.0) and (h.loc[:, : PLANT - 1] == 1.0).all().all()
+    shade = MP.heat_scale(h, "norm_ratio")
+    assert shade[2, PLANT] == 1.0 and shade[:, :PLANT].max() == 0.0  # a factor >= 2 is the darkest shade
+    binned = MP.heatmap_frame(g, "norm_ratio", "grad", max_steps=5)
+    assert list(binned.columns) == [0, 4, 8, 12, 16]
+    assert binned.loc["2.weight", 12] == pytest.approx(3.0)  # the bin keeps its farthest-off value
+    p = heatmap_payload(h, "norm_ratio", selected=(PLANT, "2.weight"))
+    assert p["selected"] == [2, PLANT] and len(p["rows"]) == 4 and len(p["cols"]) == 20
+    with pytest.raises(KeyError, match="no value 'bogus'"):
+        MP.heatmap_frame(g, "bogus")
+
+
+def test_curves_anomalies_and_a_clicked_cell(runs):
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    c = MP.curves_frame(g)
+    assert list(c.columns) == ["step", "loss_a", "loss_b", "grad_norm_a", "grad_norm_b"] and len(c) == 20
+    assert (c["loss_a"][: PLANT + 1] == c["loss_b"][: PLANT + 1]).all()
+    assert c["loss_a"][PLANT + 1] != c["loss_b"][PLANT + 1]
+    v = mp.MonitorViewer(g)
+    assert v.state["selected"] == (PLANT, "2.weight")  # opened at the first divergence
+    numbers = v.click_cell(PLANT, "2.weight")
+    grad = numbers.loc[numbers["kind"] == "grad"].set_index("run")
+    assert grad.loc["a", "norm"] == pytest.approx(3 * grad.loc["b", "norm"])
+    assert bool(grad.loc["a", "parts"]) and grad.loc["a", "norm_ratio"] == pytest.approx(3.0)
+    v.set_state(kind="act", value="norm_a")
+    assert list(v.heatmap().index) == ["0", "1", "2", "(model)"]
+    with pytest.raises(ValueError, match="kind 'nope' is not one of"):
+        v.set_state(kind="nope")
+    assert set(MP.anomaly_frame(g).columns) >= {"run", "step", "name", "rule"}
+
+
+def test_the_widgets_build_and_a_canvas_click_opens_the_cell(runs):
+    pytest.importorskip("ipywidgets", reason="ipywidgets is not installed")
+    v = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"))
+    box = v.widget()
+    assert "first divergence" in box.children[0].value and "step 12" in box.children[0].value
+    if v._heat is None:
+        pytest.skip("anywidget is not installed: the heat map is a picture")
+    v._heat._on_msg(v._heat, {"event": "cell", "row": 0, "col": 3}, [])  # as the browser sends a click
+    assert v.state["selected"] == (3, "0.weight") and "step 3, 0.weight" in v._numbers.value
+    assert v._heat.payload["selected"] == [0, 3]
+    one = mp.MonitorViewer(str(runs / "b"))  # a record, not a comparison
+    assert one.state["value"] == "norm" and not one.heatmap().empty and one.widget() is not None
+
+
+def test_the_figures_mark_the_divergence(runs):
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    fig = MP.curves_figure(MP.curves_frame(g), g.first_divergence().step)
+    assert any(line.get_gid() == "first-divergence" for ax in fig.axes for line in ax.lines)
+    fig = MP.heatmap_figure(MP.heatmap_frame(g), "norm_ratio", mark=(PLANT, "2.weight"))
+    assert any(c.get_gid() == "mark" for c in fig.axes[0].collections)
+
+
+def test_export_to_tensorboard(runs, tmp_path):
+    pytest.importorskip("tensorboard", reason="the optional tensorboard package is not installed "
+                        "(pip install 'msprobe_nb[tensorboard]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from msprobe_nb.analysis.monitor_tensorboard import export_tensorboard
+
+    m = mp.load_monitor(runs / "a")
+    (folder,) = export_tensorboard(m, tmp_path / "tb", kinds=["grad"])
+    ea = EventAccumulator(str(folder), size_guidance={"tensors": 0})  # 0: every event, not a sample
+    ea.Reload()
+    tags = set(ea.Tags()["tensors"])
+    assert {"scalars/loss", "scalars/grad_norm", "scalars/lr", "grad/2.weight/norm"} <= tags
+    assert not any(t.startswith("weight/") for t in tags)
+    got = [(e.step, e.tensor_proto.float_val[0]) for e in ea.Tensors("grad/2.weight/norm")]
+    want = m.stats.loc[(m.stats["kind"] == "grad") & (m.stats["name"] == "2.weight"), ["step", "norm"]]
+    assert [s for s, _ in got] == want["step"].tolist()
+    assert np.allclose([v for _, v in got], want["norm"].to_numpy(), rtol=1e-6)
