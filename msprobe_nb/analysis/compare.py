@@ -185,6 +185,16 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     return res
 
 
+def gathered_result(rows: pd.DataFrame, *, mode: str, thresholds: Thresholds | dict | None, pairs: pd.DataFrame,
+                    unpaired: pd.DataFrame, notes: list[str]) -> CompareResult:
+    """A CompareResult over rows compared elsewhere and gathered (the Dask path): its methods work on them;
+    without the dumps it has no stacks and no tensors."""
+    res = CompareResult(rows)
+    empty = rows.iloc[:0]
+    res._ctx = _Context(mode, _Side(empty), _Side(empty), _thresholds(thresholds), pairs, unpaired, list(notes))
+    return res
+
+
 def _meta(side: _Side) -> dict:
     meta = getattr(side.dump, "meta", None)
     return meta if isinstance(meta, dict) else {}

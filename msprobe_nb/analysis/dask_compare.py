@@ -160,18 +160,18 @@ class RankCompare:
     unpaired: pd.DataFrame
     notes: list[str]
     collectives: pd.DataFrame  #: :data:`~msprobe_nb.analysis.ranks.COLLECTIVE_COLUMNS` of every rank
-    divergences_: list[Divergence] = field(default_factory=list)
+    pair_divergences: list[Divergence] = field(default_factory=list)
     result: Any = None  #: the gathered CompareResult (``rows=True`` only)
     units: list[Unit] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
 
     def divergences(self) -> list[Divergence]:
         """The first divergence of each (step, rank) pair, in (step, rank) order."""
-        return list(self.divergences_)
+        return list(self.pair_divergences)
 
     def first_divergence(self, step: int | None = None, rank: int | None = None) -> Divergence | None:
         """As :meth:`CompareResult.first_divergence`: over several ranks, a :class:`RankDivergence`."""
-        ds = [d for d in self.divergences_ if (step is None or d.step == step) and (rank is None or d.rank == rank)]
+        ds = [d for d in self.pair_divergences if (step is None or d.step == step) and (rank is None or d.rank == rank)]
         if not ds:
             return None
         if rank is None and self.summary["rank"].nunique() > 1:
@@ -248,7 +248,7 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
     """
     from msprobe_nb.progress import bar
 
-    from .compare import CompareError, CompareResult, _Context, _Side, _thresholds
+    from .compare import CompareError, gathered_result
     from .matching import MatchError
 
     try:
@@ -290,10 +290,8 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
         frames = [_renumber(p["rows"], p["pairs"], pair_of) for p in parts]
         t = pd.concat(frames, ignore_index=True)
         t = t.iloc[t["pair"].to_numpy().argsort(kind="stable")].reset_index(drop=True)
-        res = CompareResult(t)
-        th = _thresholds(options.get("thresholds"))
-        res._ctx = _Context(mode, _Side(t.iloc[:0]), _Side(t.iloc[:0]), th, pairs, unpaired, notes)
-        out.result = res
+        out.result = gathered_result(t, mode=mode, thresholds=options.get("thresholds"), pairs=pairs,
+                                     unpaired=unpaired, notes=notes)
     return out
 
 
