@@ -268,3 +268,30 @@ def test_pending_outputs_are_read_once_complete_and_dropped_after_the_step(via):
     late.completed = True
     coll.poll()  # completed after its step was written: dropped, not added to this step
     assert coll.pending == [] and all(r[1] != f"{c.call}.output.0" for r in rec.rows)
+
+
+def _shape(node):
+    """A record's layout: lists and their lengths, leaves by type; statistics left out."""
+    if isinstance(node, list):
+        return [_shape(x) for x in node]
+    if isinstance(node, dict) and "type" not in node:
+        return {k: _shape(v) for k, v in node.items()}
+    return None if node is None else node["type"]
+
+
+@needs_gloo
+def test_collectives_export_in_msprobes_layout_and_read_back(two, shared_dir, tmp_path):
+    dump = load(two / "collectives" / "dump")
+    out = dump.export_msprobe(tmp_path / "msprobe")
+    back = load(out).calls.set_index(["rank", "step", "name"])
+    mine = dump.calls.set_index(["rank", "step", "name"])
+    assert mine.index.sort_values().equals(back.index.sort_values())  # every row survives the round trip
+    assert (mine["value"] == back.loc[mine.index, "value"]).all()
+    ours = json.loads((out / "step0" / "rank1" / "dump.json").read_text())["data"]
+    real = json.loads((shared_dir / "interop" / "msprobe-2rank-collectives" / "bench" / "step0" / "rank1"
+                       / "dump.json").read_text())["data"]  # msprobe 26.2.0 on gloo, default group
+    for call in ("Distributed.broadcast.0.forward", "Distributed.all_gather.0.forward",
+                 "Distributed.all_reduce.0.forward"):
+        for key in ("input_args", "output"):
+            assert _shape(ours[call][key]) == _shape(real[call][key]), (call, key)
+        assert _shape(ours[call]["input_kwargs"]) == {"group": "torch.ProcessGroup"}  # msprobe: {} here

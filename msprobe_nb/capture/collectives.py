@@ -6,10 +6,11 @@ The L1 function mode sees ``dist.all_reduce``, ``dist.broadcast``, ``dist.all_ga
 ``Distributed.<op>.<n>.forward`` call:
 
 * inputs before the call, outputs after it: a collective writes its tensors in place, so, as in msprobe,
-  the output rows are the arguments again, read once the data is there. Arguments come in the layout a
-  caller usually writes them (required ones by position, others by keyword where they differ from their
-  default: ``broadcast(t, 0)`` gives ``input.0`` and ``input.1``); an output buffer list (``all_gather``'s
-  ``tensor_list``) is ``None`` before the call, as msprobe writes it;
+  the output rows are the arguments again (positional ones, then tensors passed by keyword), read once the
+  data is there. Arguments come in the layout a caller usually writes them (required ones by position,
+  others by keyword where they differ from their default: ``broadcast(t, 0)`` gives ``input.0`` and
+  ``input.1``); an output buffer list (``all_gather``'s ``tensor_list``) is ``None`` before the call, as
+  msprobe writes it;
 * the process group as the keyword row ``group``: ``torch.ProcessGroup`` with its ranks and msprobe's
   ``group_id`` (also for the default group, which the caller did not pass); point-to-point calls get a
   keyword row ``peer``, the peer's global rank;
@@ -272,15 +273,17 @@ class Collectives:
         return peer if isinstance(peer, int) else None
 
     def _outputs(self, c, pos: list, kw: dict) -> None:
-        """The arguments again, as they are after the call: every tensor in them is summarised anew (a
-        collective writes in place without moving the version counter the recorder caches by)."""
+        """The arguments again, as they are after the call, as one list (msprobe's ``output``): the
+        positional ones, then those passed by keyword that hold tensors (options such as ``group`` or
+        ``async_op`` do not change). Every tensor is summarised anew: a collective writes in place without
+        moving the version counter the recorder caches summaries by."""
         rec = self.rec
-        for _, leaf in leaves(pos) + leaves(kw):
+        written = [v for v in kw.values() if any(isinstance(x, torch.Tensor) for _, x in leaves([v]))]
+        out = tuple(pos) + tuple(written)
+        for _, leaf in leaves(out):
             if isinstance(leaf, torch.Tensor):
                 rec.rewritten(leaf)
-        rec.add_rows(c, "forward", "output", tuple(pos), set_producer=True)
-        if kw:
-            rec.add_rows(c, "forward", "output", kw, is_kwarg=True, set_producer=True)
+        rec.add_rows(c, "forward", "output", out, set_producer=True)
 
     def _done(self, p: _Pending) -> None:
         if p.epoch != self.epoch:
