@@ -119,7 +119,9 @@ def compare_unit(unit: Unit, options: dict[str, Any], rows: bool) -> dict[str, A
     from .ranks import collective_table
 
     opts = dict(options)
-    opts["rank_map"] = {unit.rank: unit.bench_rank} if unit.rank != unit.bench_rank else None
+    # a user's rank_map pairs ranks explicitly (no world-size check); else the check runs on each pair's meta
+    opts["rank_map"] = {unit.rank: unit.bench_rank} if opts.get("rank_map") or unit.rank != unit.bench_rank \
+        else None
     if unit.step is not None and opts.get("step_map"):
         opts["step_map"] = {k: v for k, v in opts["step_map"].items() if int(k) == unit.step} or None
     with warnings.catch_warnings():
@@ -258,7 +260,7 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
     if not units:
         raise CompareError(f"no rank of the NPU dump {npu} has a counterpart in the bench dump {bench}: "
                            f"{'; '.join(notes)}. Pass rank_map={{npu_rank: bench_rank}} to pair them")
-    options = dict(options, step_map=step_map)
+    options = dict(options, step_map=step_map, rank_map=rank_map)
     options.pop("progress", None)
     parts: list[dict[str, Any]] = []
     with dask_client(workers, scheduler, client) as c:
