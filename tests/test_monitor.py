@@ -182,6 +182,30 @@ def test_the_record_holds_the_tensors_aggregates(tmp_path):
     assert np.array_equal(bits.astype(bool), (grad > 0).reshape(-1).numpy())
 
 
+def test_activations_and_their_gradients_are_the_outputs_and_their_grads(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    outs = {}
+
+    def keep(name):
+        def hook(_module, _args, out):
+            out.retain_grad()
+            outs[name] = out
+        return hook
+
+    for name in ("fc1", "fc2", "fc3"):
+        getattr(model, name).register_forward_hook(keep(name))
+    x, y = _data()
+    with mp.Monitor(model, dump_path=str(tmp_path / "act"), activations=r"^fc\d$", alerts=False) as mon:
+        nn.functional.mse_loss(model(x), y).backward()
+        mon.step()
+    s = mp.load_monitor(tmp_path / "act").stats.set_index(["kind", "name"])
+    for name, out in outs.items():
+        assert s.loc[("act", name), "norm"] == pytest.approx(out.norm().item(), rel=1e-6)
+        assert s.loc[("act_grad", name), "norm"] == pytest.approx(out.grad.norm().item(), rel=1e-6)
+        assert s.loc[("act_grad", name), "max"] == pytest.approx(out.grad.max().item(), rel=1e-6)
+
+
 def test_a_grad_scaler_s_scale_and_a_skipped_step_are_recorded(tmp_path):
     torch.manual_seed(0)
     model = Net()

@@ -113,3 +113,14 @@ def test_export_to_tensorboard(runs, tmp_path):
     want = m.stats.loc[(m.stats["kind"] == "grad") & (m.stats["name"] == "2.weight"), ["step", "norm"]]
     assert [s for s, _ in got] == want["step"].tolist()
     assert np.allclose([v for _, v in got], want["norm"].to_numpy(), rtol=1e-6)
+
+
+def test_the_command_line_summarises_a_record_and_names_the_divergence(runs, capsys):
+    from msprobe_nb.cli import main
+
+    assert main(["monitor", str(runs / "a"), "--compare", str(runs / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "20 step(s) (0..19), rank(s) [0]" in out
+    assert f"first divergence from {runs / 'b'}: step {PLANT}, rank 0: grad of 2.weight (layer 2)" in out
+    assert main(["monitor", str(runs / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -22,13 +22,15 @@ import numpy as np
 import torch
 
 from .monitor_alerts import DIRECTION_DROP, DIRECTION_MIN_NUMEL, MIN_HISTORY, SPIKE, AlertRules
-from .monitor_stats import COUNT_STATS, FLOAT_STATS, STATS, SignPacker, gather, histograms, tensor_stats
+from .monitor_stats import COUNT_STATS, FLOAT_STATS, STATS, SignHistory, SignPacker, gather, histograms, tensor_stats
 
 __all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
 
 DEFAULT_STATS = STATS
 #: activations (or their gradients) held before their aggregates are computed together (bounds the memory held)
 ACT_BATCH = 64
+#: alerts of one rule printed per step (the rest are counted; ``Monitor.alerts`` keeps every one)
+ALERTS_SHOWN = 3
 #: kinds whose norms the spike rule watches (weights and optimizer state move slowly by design)
 SPIKE_KINDS = ("grad", "act", "act_grad")
 _WRAPPERS = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel")
@@ -103,6 +105,7 @@ class MonitorHooks:
         self._want = {"weight": weights, "grad": grads, "opt": optimizer_state and optimizer is not None}
         self._bounds = None if histogram is None else torch.as_tensor(sorted(float(b) for b in histogram))
         self._signs = SignPacker() if signs else None
+        self._sign_history = SignHistory()
         self.columns = list(self.stats) + ["numel"] + (["sign_agree"] if signs else []) + \
             ([f"hist_{i}" for i in range(len(self._bounds) + 1)] if self._bounds is not None else [])
         self._col = {c: i for i, c in enumerate(self.columns)}
@@ -172,13 +175,22 @@ class MonitorHooks:
         t = _first_float(out)
         if t is None:
             return
-        self._hold("act", name, t.detach())
+        self._hold("act", name, t)  # read under no_grad later; the graph holds it until backward anyway
         if with_grad and t.requires_grad:
-            t.register_hook(partial(self._on_act_grad, name))
+            node = t.grad_fn
+            if node is None:  # a leaf: its own tensor hook
+                t.register_hook(partial(self._on_act_grad, name))
+            else:  # the hook of the node that made it: cheaper than a tensor hook, and it only reads
+                node.register_hook(partial(self._on_node_grad, name, t.output_nr))
+
+    def _on_node_grad(self, name: str, index: int, _grad_inputs: Any, grad_outputs: Any) -> None:
+        g = grad_outputs[index] if index < len(grad_outputs) else None
+        if g is not None and g.numel():
+            self._hold("act_grad", name, g)
 
     def _on_act_grad(self, name: str, grad: torch.Tensor) -> None:
         if grad is not None and grad.numel():
-            self._hold("act_grad", name, grad.detach())
+            self._hold("act_grad", name, grad)
 
     def _hold(self, kind: str, name: str, t: torch.Tensor) -> None:
         held = self._acts[kind]
@@ -219,26 +231,32 @@ class MonitorHooks:
             g = getattr(p, "main_grad", None)
             g = p.grad if g is None else g
             if g is not None and g.numel():
-                items.append((name, g.detach()))
+                items.append((name, g))  # read under no_grad: no detach (a call per parameter) needed
         if items:
             self._aggregate("grad", items, signs=True, hist=True, replace=True)
         self._grads_read = True
 
     def _read_weights(self) -> None:
         if self._want["weight"]:
-            items = [(n, p.detach()) for n, p in self._params if p.numel()]
+            items = [(n, p) for n, p in self._params if p.numel()]
             if items:
                 self._aggregate("weight", items, replace=True)
         self._weights_read = True
 
     def _read_optimizer_state(self) -> None:
         state = self.optimizer.state
-        for key in ("exp_avg", "exp_avg_sq"):
-            items = []
-            for name, p in self._params:
-                t = state.get(p, {}).get(key) if p in state else None
-                if isinstance(t, torch.Tensor) and t.numel():
-                    items.append((name, t.detach()))
+        first = state.get(self._params[0][1]) if self._params else None
+        if not first or not any(k in first for k in ("exp_avg", "exp_avg_sq")):
+            return  # no Adam-like state (SGD, or before the first step): nothing to read
+        rows: dict[str, list] = {"exp_avg": [], "exp_avg_sq": []}
+        for name, p in self._params:
+            st = state.get(p)
+            if st:
+                for key, items in rows.items():
+                    t = st.get(key)
+                    if isinstance(t, torch.Tensor) and t.numel():
+                        items.append((name, t))
+        for key, items in rows.items():
             if items:
                 self._aggregate(key, items, replace=True)
 
@@ -263,9 +281,8 @@ class MonitorHooks:
                         slots[key] = len(parts)
                         parts.append(t)
                 if "signs" in extra:
-                    packed, agree, _ends = extra["signs"]
-                    slots["packed"], slots["agree"] = len(parts), len(parts) + 1
-                    parts += [packed, agree]
+                    slots["packed"] = len(parts)
+                    parts.append(extra["signs"][0])
                 layout.append((kind, names, extra, slots))
         loss_at = scale_at = None
         if isinstance(loss, torch.Tensor):
@@ -294,13 +311,14 @@ class MonitorHooks:
             if slots.get("hist") is not None:
                 v[:, self._col["hist_0"]:] = slots["hist"]
             if slots.get("packed") is not None:
-                v[:, self._col["sign_agree"]] = slots["agree"]
-                ends = extra["signs"][2]
+                _, order, numel, nbytes = extra["signs"]
+                blob = slots["packed"]
+                in_order = [names[i] for i in order]
+                v[order, self._col["sign_agree"]] = self._sign_history.agreement(in_order, numel, nbytes, blob)
                 base = len(names_all)
-                for i in range(len(names)):
-                    sign_pos.append(base + i)
-                    sign_numel.append(int(extra["numel"][i]))
-                sign_bytes.append(slots["packed"][: ends[-1]])
+                sign_pos += [base + i for i in order]
+                sign_numel += numel.tolist()
+                sign_bytes.append(blob)
             if kind == "grad":
                 grad_sq += float(np.sum(v[:, 0].astype(np.float64) ** 2))
             names_all += names
@@ -398,6 +416,7 @@ class MonitorHooks:
         if not found:
             return
         label = {v: k for k, v in self._series.items()}
+        lines: dict[str, list[str]] = {}
         for a in found:
             kind, name = label[a.series]
             what = {"scalar": name, "direction": f"gradient direction of {name}"}.get(kind, f"{kind} of {name}")
@@ -410,7 +429,13 @@ class MonitorHooks:
                        f"{self._rules.direction_drop:g}) x its mean {a.reference:.1%}")
             line = f"msprobe_nb monitor: step {step}, rank {self.rank}: {msg}"
             self.alerts.append(line)
-            print(line, file=sys.stdout, flush=True)
+            lines.setdefault(a.rule, []).append(line)
+        for rule, found_lines in lines.items():  # a step's alerts of one rule: the first few, then how many more
+            shown = found_lines[:ALERTS_SHOWN]
+            more = len(found_lines) - len(shown)
+            text = "\n".join(shown) + (f"\nmsprobe_nb monitor: step {step}, rank {self.rank}: and {more} more "
+                                        f"{rule} alert(s) (Monitor.alerts lists them)" if more else "")
+            print(text, file=sys.stdout, flush=True)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignPacker", "gather", "histograms", "tensor_stats"]
+__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "gather", "histograms", "tensor_stats"]
 
 #: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
 FLOAT_STATS = ("norm", "min", "max", "mean")
@@ -21,11 +21,57 @@ COUNT_STATS = ("nan", "inf")
 STATS = FLOAT_STATS + COUNT_STATS
 #: the magic multiplier that gathers the lowest bit of each of 8 bytes into one byte (little bit order)
 _PACK = 0x0102040810204080
+#: tensors up to this many values that share a size and dtype get their norms from one stacked reduction (a
+#: model's many biases and norm weights: one kernel instead of one per tensor)
+SMALL_NUMEL = 4096
+_plans: dict[tuple, tuple[list[int], list[list[int]], torch.Tensor | None, bool]] = {}
+
+
+def _norm_plan(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[list[int]], torch.Tensor | None, bool]:
+    """(positions of the tensors normed one by one, groups of positions stacked together, the permutation that
+    puts the concatenated results back in order or None, whether every tensor is float32); cached per layout."""
+    key = tuple((t.shape, t.dtype) for t in ts)
+    plan = _plans.get(key)
+    if plan is None:
+        groups: dict[tuple, list[int]] = {}
+        for i, (shape, dtype) in enumerate(key):
+            if shape.numel() <= SMALL_NUMEL:
+                groups.setdefault((shape, dtype), []).append(i)
+        stacked = [g for g in groups.values() if len(g) > 1]
+        taken = {i for g in stacked for i in g}
+        single = [i for i in range(len(ts)) if i not in taken]
+        order = single + [i for g in stacked for i in g]
+        perm = None
+        if order != list(range(len(ts))):
+            inv = [0] * len(order)
+            for pos, i in enumerate(order):
+                inv[i] = pos
+            perm = torch.as_tensor(inv, device=ts[0].device)
+        if len(_plans) > 512:  # a step's layouts repeat every step; a bound keeps a caller from growing it
+            _plans.clear()
+        plan = _plans[key] = (single, stacked, perm, all(d == torch.float32 for _, d in key))
+    return plan
+
+
+def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """float32 L2 norm of each tensor (one device): a fused ``_foreach_norm`` over the large ones, one stacked
+    reduction per group of small ones of one shape and dtype."""
+    single, stacked, perm, fp32 = _norm_plan(ts)
+    parts = []
+    if single:
+        one = [ts[i] for i in single]
+        norms = torch._foreach_norm(one, 2) if fp32 else torch._foreach_norm(one, 2, dtype=torch.float32)
+        parts.append(torch.stack(norms))
+    for g in stacked:
+        rows = torch.stack([ts[i] for i in g]).reshape(len(g), -1)
+        parts.append(torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32))
+    out = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return out if perm is None else out[perm]
 
 
 def _column(stat: str, ts: Sequence[torch.Tensor]) -> torch.Tensor:
     if stat == "norm":
-        return torch.stack(torch._foreach_norm(ts, 2, dtype=torch.float32))
+        return _norms(ts)
     if stat == "max":
         return torch.stack([m.float() for m in torch._foreach_max(ts)])
     if stat == "min":
@@ -68,40 +114,80 @@ def histograms(ts: Sequence[torch.Tensor], bounds: torch.Tensor) -> torch.Tensor
 
 
 class SignPacker:
-    """Sign bitmaps of a list of tensors (bit 1: the value is > 0), packed 8 to a byte, each tensor's bits
-    starting on a fresh byte (so two runs' bitmaps compare byte by byte), and the fraction of signs that
-    agree with the previous call's bitmap of the same layout (NaN on the first call or after a change)."""
+    """Sign bitmaps of a list of tensors on one device (bit 1: the value is > 0), packed 8 to a byte in little
+    bit order, each tensor's bits starting on a fresh byte so two runs' bitmaps compare byte by byte. Small
+    tensors of one shape (and a whole number of bytes) are compared in one stacked kernel."""
 
     def __init__(self) -> None:
-        self._layout: tuple | None = None
-        self._prev: torch.Tensor | None = None
+        self._plans: dict[tuple, tuple[list, list[int], np.ndarray, np.ndarray]] = {}
 
-    def pack(self, ts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """(packed uint8 bytes, float32 agreement per tensor, byte offset of each tensor's bits; one more at
-        the end) for tensors on one device."""
+    def _plan(self, ts: Sequence[torch.Tensor]) -> tuple[list, list[int], np.ndarray, np.ndarray]:
+        """(pieces: int position or list of positions stacked, the tensors in bitmap order, numel and padded
+        byte count of each in that order)."""
+        key = tuple((t.shape, t.dtype) for t in ts)
+        plan = self._plans.get(key)
+        if plan is None:
+            groups: dict[tuple, list[int]] = {}
+            for i, (shape, dtype) in enumerate(key):
+                if shape.numel() <= SMALL_NUMEL and shape.numel() % 8 == 0:
+                    groups.setdefault((shape, dtype), []).append(i)
+            stacked = [g for g in groups.values() if len(g) > 1]
+            taken = {i for g in stacked for i in g}
+            pieces: list = [i for i in range(len(ts)) if i not in taken] + stacked
+            order = [i for p in pieces for i in (p if isinstance(p, list) else [p])]
+            numel = np.array([key[i][0].numel() for i in order], np.int64)
+            if len(self._plans) > 16:
+                self._plans.clear()
+            plan = self._plans[key] = (pieces, order, numel, -(-numel // 8))
+        return plan
+
+    def pack(self, ts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int], np.ndarray, np.ndarray]:
+        """(packed uint8 bytes, the tensors' positions in bitmap order, their numel and byte counts in it)."""
         with torch.no_grad():
-            numel = [t.numel() for t in ts]
-            padded = [-(-n // 8) * 8 for n in numel]
-            layout = (ts[0].device, tuple(numel))
-            pieces = []
-            zero = ts[0].new_zeros(8, dtype=torch.bool)
-            for t, n, p in zip(ts, numel, padded, strict=True):
-                pieces.append(t.detach().reshape(-1) > 0)
-                if p > n:
-                    pieces.append(zero[: p - n])
-            bits = torch.cat(pieces)
-            packed = ((bits.view(torch.uint8).view(torch.int64) * _PACK) >> 56).to(torch.uint8)
-            ends = np.cumsum([0] + padded)
-            if self._layout == layout and self._prev is not None:
-                ne = torch.cumsum(bits != self._prev, 0, dtype=torch.int64)
-                idx = torch.as_tensor(ends[1:] - 1, device=bits.device)
-                tot = ne[idx]
-                per = torch.cat([tot[:1], tot[1:] - tot[:-1]])
-                agree = 1.0 - per.float() / torch.as_tensor(numel, device=bits.device, dtype=torch.float32)
-            else:
-                agree = torch.full((len(ts),), float("nan"), device=bits.device)
-            self._layout, self._prev = layout, bits
-            return packed, agree, ends // 8
+            pieces, order, numel, nbytes = self._plan(ts)
+            bits = []
+            for p in pieces:
+                if isinstance(p, list):
+                    bits.append((torch.stack([ts[i] for i in p]) > 0).reshape(-1))
+                    continue
+                b = (ts[p] > 0).reshape(-1)
+                pad = -b.numel() % 8
+                bits.append(b if not pad else torch.cat([b, b.new_zeros(pad)]))
+            flat = torch.cat(bits) if len(bits) > 1 else bits[0]
+            packed = ((flat.view(torch.uint8).view(torch.int64) * _PACK) >> 56).to(torch.uint8)
+            return packed, order, numel, nbytes
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+class SignHistory:
+    """Each bitmap's sign agreement with the previous step's bitmap of the same name (host side, from the
+    packed bytes the step brought over anyway): the fraction of values whose signs did not change."""
+
+    def __init__(self) -> None:
+        self._prev: tuple[list[str], np.ndarray, np.ndarray] | None = None
+
+    def agreement(self, names: list[str], numel: np.ndarray, nbytes: np.ndarray, blob: np.ndarray) -> np.ndarray:
+        """Agreement per name, NaN on a first step or where the layout changed since the previous step (a
+        parameter without a gradient); remembers this step's bitmaps."""
+        prev, self._prev = self._prev, (names, nbytes, blob)
+        out = np.full(len(names), np.nan)
+        if prev is None or not len(names):
+            return out
+        if prev[0] == names and np.array_equal(prev[1], nbytes):
+            differ = _POPCOUNT[np.bitwise_xor(blob, prev[2])]
+            starts = np.cumsum(nbytes) - nbytes
+            return 1.0 - np.add.reduceat(differ.astype(np.int64), starts) / numel
+        at = {n: i for i, n in enumerate(prev[0])}  # a changed layout: name by name
+        pstarts = np.cumsum(prev[1]) - prev[1]
+        starts = np.cumsum(nbytes) - nbytes
+        for i, n in enumerate(names):
+            j = at.get(n)
+            if j is not None and prev[1][j] == nbytes[i]:
+                a, b = prev[2][pstarts[j]:pstarts[j] + nbytes[i]], blob[starts[i]:starts[i] + nbytes[i]]
+                out[i] = 1.0 - int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64)) / numel[i]
+        return out
 
 
 def gather(parts: Sequence[torch.Tensor]) -> list[np.ndarray]:

@@ -303,7 +303,9 @@ def _read_file(path: Path) -> dict[str, Any]:
         try:
             columns, kinds, meta = json.loads(a["columns"]), json.loads(a["kinds"]), json.loads(a["meta"])
             index = f["index/steps"][()]
-        except (KeyError, ValueError, OSError) as e:
+            if index.ndim != 2 or index.shape[1] != len(INDEX_FIELDS):
+                raise ValueError(f"index/steps has shape {index.shape}, expected (n, {len(INDEX_FIELDS)})")
+        except (KeyError, ValueError, OSError, TypeError, AttributeError) as e:
             raise _bad(path, f"damaged header or index ({e})") from None
         rank = int(a["rank"])
         commits = []
@@ -322,13 +324,15 @@ def _read_file(path: Path) -> dict[str, Any]:
                 "scalars": ext["scalars"], "signs/index": ext["signs"], "signs/bytes": ext["sign_bytes"]}
         data = {}
         for name, n in want.items():
+            ds = f.get(name)
+            if not isinstance(ds, h5py.Dataset):
+                raise _bad(path, f"{name} is missing or not a dataset")
+            if ds.shape[0] < n:
+                raise _bad(path, f"{name} holds {ds.shape[0]} rows, its last commit names {n}")
             try:
-                ds = f[name]
-                if ds.shape[0] < n:
-                    raise _bad(path, f"{name} holds {ds.shape[0]} rows, its last commit names {n}")
                 data[name] = ds[:n]
-            except KeyError:
-                raise _bad(path, f"{name} is missing") from None
+            except (OSError, ValueError, RuntimeError) as e:
+                raise _bad(path, f"{name} cannot be read ({e})") from None
     finally:
         f.close()
     ends = data["names/ends"]
