@@ -1,0 +1,28 @@
+"""benchmarks/bench_monitor.py runs end to end on a tiny model and reports each target with its verdict
+(the measured figures come from running it on the large model, never from a test)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+bench = pytest.importorskip("bench_monitor")
+
+
+def test_the_benchmark_runs_on_a_tiny_model_and_reports_every_configuration(tmp_path):
+    results = bench.run(size=1, blocks=1, steps=2, warmup=1, root=str(tmp_path))
+    assert set(results) == set(bench.CONFIGS)
+    for r in results.values():
+        assert r["ratio"] > 0 and r["base_ms"] > 0 and r["bytes_per_step"] > 0
+    assert results["norms+signs"]["bytes_per_step"] > results["norms"]["bytes_per_step"]  # the bitmaps
+    text, _ = bench.report(results)
+    assert all(name in text for name in bench.CONFIGS)
+
+
+def test_the_report_says_by_how_much_a_target_is_missed():
+    r = {"norms": {"ratio": 1.0506, "target": 1.03, "with_ms": 105.06, "base_ms": 100.0, "bytes_per_step": 1e4},
+         "all-stats": {"ratio": 1.5, "target": None, "with_ms": 150.0, "base_ms": 100.0, "bytes_per_step": 2e4}}
+    text, missed = bench.report(r)
+    line = next(x for x in text.splitlines() if x.startswith("norms"))
+    assert "1.051x" in line and "MISSED by 2.0 %" in line
+    assert missed == ["norms: 1.051x > target 1.03x"] and "no target" in text
