@@ -296,3 +296,42 @@ print(json.dumps({{"rows": len(t), "torch": "torch" in sys.modules}}))
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out == {"rows": len(pre), "torch": False}
+
+
+def test_an_msprobe_statistics_dump_is_pre_checked(toy):
+    """msprobe's dump of the toy step: graded without errors; its backward gradients are matched to the
+    forward's floating inputs in order, and one that is an internal node's (linear) is unchecked, saying so."""
+    pre = mp.acc_check(toy / "stat_L1_npu")
+    assert pre.failures().empty and pre.counts()["pass"] > 80
+    by_api = dict(zip(pre["api"] + "/" + pre["output"], pre["verdict"], strict=True))
+    assert by_api["Functional.embedding.0.backward/0"] == "pass"  # output.0 is the weight's gradient
+    assert by_api["Functional.layer_norm.0.backward/2"] == "pass"  # ... and here the bias's
+    linear = pre[pre["api"] == "Functional.linear.0.backward"]
+    assert list(linear["verdict"]) == ["unchecked"] and "internal node" in linear["reasons"].iloc[0]
+
+
+def _train(tmp_path, online: bool):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.GELU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(6, 8)
+    dbg = mp.Debugger(dump_path=str(tmp_path / "on"), task="acc_check", level="L1", model=model) if online else None
+    if dbg:
+        dbg.start()
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.step()
+        if dbg:
+            dbg.step()
+    if dbg:
+        dbg.close()
+    return [p.detach().clone() for p in model.parameters()], torch.rand(3)
+
+
+def test_online_task_leaves_the_run_bit_for_bit_the_same(tmp_path):
+    """The replay at each step's end draws no random number of the run and changes none of its tensors."""
+    plain, plain_next = _train(tmp_path, online=False)
+    checked, checked_next = _train(tmp_path, online=True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, checked, strict=True))
+    assert torch.equal(plain_next, checked_next)  # the generator is where the plain run left it

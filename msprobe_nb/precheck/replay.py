@@ -175,6 +175,25 @@ def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inpu
     return rep
 
 
+def _gradient_targets(args: list, kwargs: dict, inputs: list, grad_rows: list) -> dict[str, str]:
+    """Which forward input each backward output row is the gradient of. The kit names it by the input's path
+    (``backward.output.1`` is the gradient of ``forward.input.1``); msprobe numbers the gradients of the
+    floating tensor inputs in order (``embedding``'s ``output.0`` is the weight's). A row whose shape matches
+    neither is a gradient the bench cannot name (msprobe can record an internal node's)."""
+    def fits(row: Any, path: str) -> bool:
+        t = _leaf_at(args, kwargs, path)
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and tuple(t.shape) == tuple(row.shape or ())
+
+    if all(fits(r, str(r.arg)) for r in grad_rows):
+        return {str(r.arg): str(r.arg) for r in grad_rows}
+    floats = [str(r.arg) for r in inputs if r.kind == "tensor" and fits(r, str(r.arg))]
+    if all(str(r.arg).isdigit() and int(r.arg) < len(floats) and fits(r, floats[int(r.arg)]) for r in grad_rows):
+        return {str(r.arg): floats[int(r.arg)] for r in grad_rows}
+    bad = next(r for r in grad_rows if not fits(r, str(r.arg)))
+    raise Unresolvable(f"backward output {bad.arg} (shape {tuple(bad.shape or ())}) is the gradient of no "
+                       "floating tensor input of the forward (msprobe dumps can record an internal node's)")
+
+
 def replay_backward(fn: Callable, op: str, inputs: list, grad_in: list, grad_out: list,
                     ins: Inputs, *, bench_device: str, target: str | None, exact: bool, reference: bool,
                     recorded: Callable[[Any], torch.Tensor | None]) -> Replay:
@@ -182,11 +201,10 @@ def replay_backward(fn: Callable, op: str, inputs: list, grad_in: list, grad_out
     outputs, same paths), ``grad_out`` its output rows (gradients of the forward's inputs, same paths)."""
     rep = Replay(notes=ins.notes)
     args, kwargs = build_arguments(inputs, ins.get, op)
-    wanted = [str(r.arg) for r in grad_out if r.kind == "tensor"]
-    leaves_at = {p: _leaf_at(args, kwargs, p) for p in wanted}
-    missing = [p for p, t in leaves_at.items() if not isinstance(t, torch.Tensor) or not t.is_floating_point()]
-    if missing:
-        raise Unresolvable(f"backward output {missing[0]} is not a floating tensor input of the forward")
+    grad_rows = [r for r in grad_out if r.kind == "tensor"]
+    path_of = _gradient_targets(args, kwargs, inputs, grad_rows)  # backward output path -> forward input path
+    wanted = list(path_of)
+    leaves_at = {p: _leaf_at(args, kwargs, path_of[p]) for p in wanted}
     seeds = {str(r.arg): ins.get(r) for r in grad_in if r.kind == "tensor"}
 
     def grads_on(device: str, up: bool) -> dict[str, Any]:
@@ -202,7 +220,7 @@ def replay_backward(fn: Callable, op: str, inputs: list, grad_in: list, grad_out
                     gos.append(g.to(device, t.dtype))
             if not outs:
                 raise Unresolvable("no recorded output gradient reaches an output that requires grad")
-            targets = [_leaf_at(a, k, p) for p in wanted]
+            targets = [_leaf_at(a, k, path_of[p]) for p in wanted]
             got = torch.autograd.grad(outs, targets, gos, allow_unused=True)
         return dict(zip(wanted, got, strict=True))
 
