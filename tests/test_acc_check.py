@@ -85,6 +85,25 @@ def test_each_planted_kernel_alone_fails_only_its_api(tmp_path, name):
     assert _failing_ops(acc_check(path, backward=False)) == {name}
 
 
+def test_level_l2_replays_each_aten_op_alone(tmp_path):
+    """At L2 the planted kernels' aten ops fail (not the backward ops autograd ran after them), uninitialised
+    memory is unchecked, and the correct step fails nothing."""
+    def check(plant):
+        torch.manual_seed(0)
+        model, run = _block_step()
+        with planted_kernels(plant), mp.record(dump_path=str(tmp_path / f"l2{len(plant)}"), task="tensor",
+                                               level="L2", model=model) as dbg:
+            run()
+        return acc_check(dbg.dump_dir)
+
+    bad = check(("_softmax", "gelu", "native_layer_norm"))
+    assert set(bad.failures()["op"]) == {"_softmax", "gelu", "native_layer_norm"}
+    assert (bad.failures()["direction"] == "forward").all()
+    good = check(())
+    assert good.failures().empty and (good["verdict"] != "warning").all(), good[good["verdict"] != "pass"]
+    assert set(good.unchecked()["op"]) <= {"empty_like", "empty"}
+
+
 def test_override_is_removed_even_when_the_block_raises():
     x = torch.randn(3, 5)
     want = torch.softmax(x, -1)

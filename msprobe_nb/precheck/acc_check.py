@@ -28,6 +28,9 @@ __all__ = ["acc_check", "check_calls"]
 
 #: ops that write into their first argument and return nothing to compare
 _NO_RESULT = frozenset({"__setitem__"})
+#: ops whose output is uninitialised memory: nothing to compare
+_UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided",
+                            "empty_with_format", "empty_permuted"})
 #: recorded tensors kept after reading (most recent last)
 _RECENT = 64
 _DTYPES = {"torch.float16": torch.float16, "torch.bfloat16": torch.bfloat16, "torch.float32": torch.float32,
@@ -111,7 +114,7 @@ class _Checker:
         r0 = fwd[0]
         family, op, call = r0.family, r0.op, r0.call
         base = {"step": self.step, "rank": self.rank, "call_index": r0.call_index, "api": call,
-                "family": family, "op": op, "direction": "forward", "approximate": not self.tensor_mode,
+                "family": family, "op": op, "direction": r0.direction, "approximate": not self.tensor_mode,
                 "name": call, "output": "", "dtype": "", "shape": None}
         inputs = [r for r in fwd if r.io == "input"]
         outputs = [r for r in fwd if r.io == "output"]
@@ -128,6 +131,8 @@ class _Checker:
             return [unchecked("a random draw: the bench cannot draw the device's numbers, so it is not compared")]
         if (family, op) in ATTENTION_DROPOUTS and _draws_in_attention(inputs):
             return [unchecked("attention with dropout_p > 0 draws its mask inside the kernel: not compared")]
+        if op in _UNINITIALISED:
+            return [unchecked(f"{op} returns uninitialised memory: its values mean nothing")]
         if op in _NO_RESULT:
             return [unchecked(f"{op} writes into its input and returns nothing: the result is not in the dump")]
         if not tensor_out:
@@ -153,11 +158,11 @@ class _Checker:
             rows += self._backward(base, fn, op, cls, inputs, bwd, ins)
         return rows
 
-    def _grade_all(self, base: dict, rep: Replay, cls_of, exact: bool, direction: str = "forward") -> list[dict]:
+    def _grade_all(self, base: dict, rep: Replay, cls_of, exact: bool, direction: str = "") -> list[dict]:
         rows = []
         for o in rep.outputs:
             cls = cls_of(o)
-            b = {**base, "direction": direction, "approximate": rep.approximate}
+            b = {**base, "direction": direction or base["direction"], "approximate": rep.approximate}
             if o.note:
                 rows.append(_row(b, o, api_class=cls.standard, standard="", verdict="unchecked", reasons=o.note))
                 continue
@@ -245,13 +250,17 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
     tensor_mode = dump.task == "tensor" or bool((c["data_name"].astype(object).fillna("") != "").any())
     rows: list[dict[str, Any]] = []
     checkers: dict[tuple[int, int], _Checker] = {}
+    # at L2 a "backward" call is an aten op that autograd ran (Aten.mm.3.backward), not the gradient of a
+    # forward call: each is replayed as an op of its own
+    aten = dump.level == "L2"
     for (step, rank, call), fwd in groups.items():
-        if not call.endswith(".forward") or (wanted and not any(w in call for w in wanted)):
+        own = call.endswith(".forward") or (aten and call.endswith(".backward"))
+        if not own or (wanted and not any(w in call for w in wanted)):
             continue
         chk = checkers.get((step, rank))
         if chk is None:
             chk = checkers[(step, rank)] = _Checker(dump, step, rank, device, target, backward, tensor_mode)
-        bwd = groups.get((step, rank, _backward_name(call)))
+        bwd = None if aten else groups.get((step, rank, _backward_name(call)))
         try:
             rows += chk.check(fwd, bwd)
         except Exception as exc:  # a failure of the checker itself: listed, the others go on
