@@ -142,6 +142,28 @@ def test_arguments_are_rebuilt_from_rows():
         decode_value("MyConfig", '"MyConfig(a=1)"')
 
 
+def test_generated_inputs_match_the_recorded_range_and_mean():
+    from msprobe_nb.precheck.generated_inputs import generate
+    row = Row(0, 0, 0, "c", "c.input.0", "Torch", "op", "forward", "input", "0", False, "tensor", "torch.float32",
+              (100, 50), "", "", "", -2.0, 6.0, 0.0)
+    notes: list[str] = []
+    t = generate(row, notes)
+    assert t.dtype == torch.float32 and t.shape == (100, 50) and not notes
+    assert t.min().item() == -2.0 and t.max().item() == 6.0
+    assert abs(t.mean().item()) < 0.1  # the recorded mean, not the range's middle (2.0)
+    assert torch.equal(t, generate(row, []))  # seeded by the row's name
+    ints = generate(row._replace(dtype="torch.int64", min=3.0, max=5.0), notes)
+    assert set(ints.unique().tolist()) == {3, 4, 5}
+    generate(row._replace(min=math.nan), notes)
+    assert notes and "standard normal" in notes[0]
+
+
+def test_tensor_properties_resolve_to_a_getter():
+    fn, is_method = resolve("Tensor", "mT")
+    x = torch.randn(2, 3)
+    assert is_method and torch.equal(fn(x), x.mT)
+
+
 def test_references_match_their_definitions():
     torch.manual_seed(0)
     x, g = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)

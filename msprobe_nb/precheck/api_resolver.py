@@ -55,6 +55,8 @@ def resolve(family: str, op: str) -> tuple[Callable, bool]:
         fn = getattr(torch.Tensor, op, None)
         if fn is None:
             raise Unresolvable(f"Tensor.{op}: torch.Tensor has no method {op!r} in torch {torch.__version__}")
+        if not callable(fn):  # a property the mode reports as a call (x.T, x.mT, x.real)
+            return (lambda self: getattr(self, op)), True
         return fn, True
     if family in _FAMILY_ROOTS:
         import importlib
