@@ -285,3 +285,28 @@ def test_a_gpt2_model_from_a_config_is_monitored_without_changing_it(tmp_path):
     assert set(m.stats.loc[m.stats["kind"] == "act", "name"]) == {"transformer.h.0", "transformer.h.1"}
     assert m.stats.loc[m.stats["kind"] == "grad", "name"].nunique() == len(plain_g)
     assert m.anomalies().empty
+
+
+def test_a_ddp_model_is_named_as_its_module_and_its_rank_comes_from_the_process_group(tmp_path):
+    dist = torch.distributed
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("torch.distributed is unavailable here, or a process group is already up")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(Net())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        x, y = _data()
+        with mp.Monitor(ddp, opt, dump_path=str(tmp_path / "ddp"), alerts=False) as mon:
+            for _ in range(2):
+                opt.zero_grad()
+                nn.functional.mse_loss(ddp(x), y).backward()  # the all-reduce runs before the step pre-hook
+                opt.step()
+                mon.step()
+        m = mp.load_monitor(tmp_path / "ddp")
+        assert mon.rank == 0 and sorted(m.meta) == [0]
+        assert set(m.stats["name"]) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"}
+        g = m.stats.loc[(m.stats["step"] == 1) & (m.stats["kind"] == "grad") & (m.stats["name"] == "fc2.weight")]
+        assert g["norm"].item() == pytest.approx(ddp.module.fc2.weight.grad.norm().item(), rel=1e-6)
+    finally:
+        dist.destroy_process_group()

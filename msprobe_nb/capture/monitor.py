@@ -64,7 +64,11 @@ def _first_float(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _by_device(items: Sequence[tuple[str, torch.Tensor]]) -> list[list[tuple[str, torch.Tensor]]]:
+def _by_device(items: Sequence[tuple[str, torch.Tensor]]) -> list[Sequence[tuple[str, torch.Tensor]]]:
+    """``items`` split by the device of their tensor (one group, as it is, in the common case)."""
+    devices = {t.device for _, t in items}
+    if len(devices) == 1:
+        return [items]
     groups: dict[torch.device, list] = {}
     for name, t in items:
         groups.setdefault(t.device, []).append((name, t))
