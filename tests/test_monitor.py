@@ -310,3 +310,31 @@ def test_a_ddp_model_is_named_as_its_module_and_its_rank_comes_from_the_process_
         assert g["norm"].item() == pytest.approx(ddp.module.fc2.weight.grad.norm().item(), rel=1e-6)
     finally:
         dist.destroy_process_group()
+
+
+def test_megatron_main_grad_is_read_where_a_parameter_has_one(tmp_path):
+    torch.manual_seed(0)
+    model = Net()
+    model.fc2.weight.main_grad = torch.full_like(model.fc2.weight, 0.5)  # what Megatron accumulates into
+    x, y = _data()
+    with mp.Monitor(model, dump_path=str(tmp_path / "mg"), alerts=False) as mon:
+        nn.functional.mse_loss(model(x), y).backward()
+        mon.step()
+    s = mp.load_monitor(tmp_path / "mg").stats.set_index(["kind", "name"])
+    assert s.loc[("grad", "fc2.weight"), "norm"] == pytest.approx(model.fc2.weight.main_grad.norm().item())
+    assert s.loc[("grad", "fc1.weight"), "norm"] == pytest.approx(model.fc1.weight.grad.norm().item(), rel=1e-6)
+
+
+def test_without_sign_bitmaps_the_direction_comes_from_histograms(tmp_path):
+    def flip(step, model, opt):
+        if step == 10:
+            model.fc2.weight.grad.abs_()  # every sign made positive: the same norm, another distribution
+
+    bounds = [-0.01, -0.001, 0.0, 0.001, 0.01]
+    train(tmp_path / "a", steps=12, histogram=bounds, alerts=False)
+    train(tmp_path / "b", steps=12, histogram=bounds, plant=flip, alerts=False)
+    t = mp.compare_monitors(tmp_path / "b", tmp_path / "a").table
+    grad = t.loc[(t["kind"] == "grad") & (t["name"] == "fc2.weight")].set_index("step")
+    assert (grad.loc[:9, "direction"] == 1.0).all()
+    assert grad.loc[10, "direction"] < 0.9 and bool(grad.loc[10, "parts"])  # the negative bins emptied
+    assert grad.loc[10, "norm_ratio"] == pytest.approx(1.0)  # the norm alone would not see it
