@@ -385,3 +385,37 @@ def test_fused_npu_ops_are_graded_against_their_references(tmp_path):
     assert set(pre["family"]) == {"NPU"}
     verdicts = pre.groupby("op")["verdict"].apply(set).to_dict()
     assert verdicts == {"npu_rms_norm": {"error"}, "npu_swiglu": {"pass"}}, pre[["api", "output", "reasons"]]
+
+
+def _graded(api, verdict, **metrics):
+    return {"step": 0, "rank": 0, "call_index": 0, "api": api, "name": api, "family": "Torch", "op": "mm",
+            "direction": "forward", "output": "0", "dtype": "torch.float32", "standard": "benchmark",
+            "verdict": verdict, "reasons": "", **metrics}
+
+
+def test_compare_prechecks_flags_a_metric_well_above_the_other_devices():
+    npu = mp.AccCheckResult.from_rows([_graded("Torch.mm.0.forward", "pass", rmse=3e-6, ref_rmse=1e-7),
+                                       _graded("Torch.mm.1.forward", "pass", max_rel_err=1e-9),
+                                       _graded("Torch.mm.2.forward", "pass", mean_rel_err=1.6e-7)])
+    gpu = mp.AccCheckResult.from_rows([_graded("Torch.mm.0.forward", "pass", rmse=1e-6, ref_rmse=1e-7),
+                                       _graded("Torch.mm.1.forward", "pass", max_rel_err=0.0),
+                                       _graded("Torch.mm.2.forward", "pass", mean_rel_err=1e-7)])
+    t = mp.compare_prechecks(npu, gpu).set_index("api")
+    assert t.loc["Torch.mm.0.forward", "verdict"] == "error"  # 3x the GPU's RMSE
+    assert "rmse" in t.loc["Torch.mm.0.forward", "reasons"]
+    assert t.loc["Torch.mm.1.forward", "verdict"] == "pass"  # an exact GPU is floored at eps/2, not zero
+    assert t.loc["Torch.mm.2.forward", "verdict"] == "warning"  # 1.6x: over 1.5, under 2
+    only = mp.compare_prechecks(npu, gpu.iloc[:2])
+    assert only.set_index("api").loc["Torch.mm.2.forward", "verdict"] == "unmatched"
+
+
+def test_apis_summary_keeps_the_worst_verdict_and_every_reason():
+    pre = mp.AccCheckResult.from_rows([
+        {**_graded("Torch.mm.0.forward", "pass"), "output": "0"},
+        {**_graded("Torch.mm.0.forward", "error"), "output": "1", "reasons": "error: rmse too big"},
+        {**_graded("Torch.randn.0.forward", "unchecked"), "call_index": 1, "reasons": "a random draw"}])
+    s = pre.apis().set_index("api")
+    assert s.loc["Torch.mm.0.forward", "verdict"] == "error" and s.loc["Torch.mm.0.forward", "outputs"] == 2
+    assert s.loc["Torch.mm.0.forward", "reasons"] == "error: rmse too big"
+    assert s.loc["Torch.randn.0.forward", "verdict"] == "unchecked"
+    assert pre.failed_apis() == ["Torch.mm.0.forward"] and len(pre.unchecked()) == 1
