@@ -318,7 +318,8 @@ class MonitorHooks:
                 _, order, numel, nbytes = extra["signs"]
                 blob = slots["packed"]
                 in_order = [names[i] for i in order]
-                v[order, self._col["sign_agree"]] = self._sign_history.agreement(in_order, numel, nbytes, blob)
+                v[order, self._col["sign_agree"]] = self._sign_history.agreement(in_order, numel, nbytes, blob,
+                                                                                 self.step_index)
                 base = len(names_all)
                 sign_pos += [base + i for i in order]
                 sign_numel += numel.tolist()

@@ -163,30 +163,36 @@ _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 class SignHistory:
     """Each bitmap's sign agreement with the previous step's bitmap of the same name (host side, from the
-    packed bytes the step brought over anyway): the fraction of values whose signs did not change."""
+    packed bytes the step brought over anyway): the fraction of values whose signs did not change. A step may
+    bring several blocks (one per device); each is compared with the previous step's block of the same names."""
 
     def __init__(self) -> None:
-        self._prev: tuple[list[str], np.ndarray, np.ndarray] | None = None
+        self._blocks: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}  # names -> (nbytes, blob)
+        self._by_name: dict[str, np.ndarray] = {}  # the previous step's bytes of each name, for changed layouts
+        self._step: object = None
 
-    def agreement(self, names: list[str], numel: np.ndarray, nbytes: np.ndarray, blob: np.ndarray) -> np.ndarray:
-        """Agreement per name, NaN on a first step or where the layout changed since the previous step (a
-        parameter without a gradient); remembers this step's bitmaps."""
-        prev, self._prev = self._prev, (names, nbytes, blob)
-        out = np.full(len(names), np.nan)
-        if prev is None or not len(names):
-            return out
-        if prev[0] == names and np.array_equal(prev[1], nbytes):
-            differ = _POPCOUNT[np.bitwise_xor(blob, prev[2])]
-            starts = np.cumsum(nbytes) - nbytes
-            return 1.0 - np.add.reduceat(differ.astype(np.int64), starts) / numel
-        at = {n: i for i, n in enumerate(prev[0])}  # a changed layout: name by name
-        pstarts = np.cumsum(prev[1]) - prev[1]
+    def agreement(self, names: list[str], numel: np.ndarray, nbytes: np.ndarray, blob: np.ndarray,
+                  step: object = None) -> np.ndarray:
+        """Agreement per name of one block of ``step``, NaN on a first step or for a name whose bitmap size
+        changed; remembers the block for the next step."""
+        if step != self._step:  # a new step: the last one's blocks become the reference
+            self._step, self._prev_blocks, self._prev_names = step, self._blocks, self._by_name
+            self._blocks, self._by_name = {}, {}
+        key = tuple(names)
         starts = np.cumsum(nbytes) - nbytes
-        for i, n in enumerate(names):
-            j = at.get(n)
-            if j is not None and prev[1][j] == nbytes[i]:
-                a, b = prev[2][pstarts[j]:pstarts[j] + nbytes[i]], blob[starts[i]:starts[i] + nbytes[i]]
-                out[i] = 1.0 - int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64)) / numel[i]
+        self._blocks[key] = (nbytes, blob)
+        for n, a, b in zip(names, starts, nbytes, strict=True):
+            self._by_name[n] = blob[a:a + b]
+        out = np.full(len(names), np.nan)
+        prev = getattr(self, "_prev_blocks", {}).get(key)
+        if prev is not None and np.array_equal(prev[0], nbytes):
+            differ = _POPCOUNT[np.bitwise_xor(blob, prev[1])]
+            return 1.0 - np.add.reduceat(differ.astype(np.int64), starts) / numel if len(names) else out
+        old_names = getattr(self, "_prev_names", {})
+        for i, (n, a, b) in enumerate(zip(names, starts, nbytes, strict=True)):
+            old = old_names.get(n)
+            if old is not None and len(old) == b:
+                out[i] = 1.0 - int(_POPCOUNT[np.bitwise_xor(blob[a:a + b], old)].sum(dtype=np.int64)) / numel[i]
         return out
 
 
