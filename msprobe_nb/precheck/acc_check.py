@@ -23,6 +23,7 @@ from msprobe_nb.precheck.api_resolver import Unresolvable, build_arguments, reso
 from msprobe_nb.precheck.replay import Inputs, Output, Replay, as_array, bench_dtype, replay_backward, replay_forward
 from msprobe_nb.precheck.result import AccCheckResult
 from msprobe_nb.precheck.rows import Row, api_calls
+from msprobe_nb.progress import bar
 
 __all__ = ["acc_check", "check_calls"]
 
@@ -235,7 +236,8 @@ def _backward_name(call: str) -> str:
 
 
 def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, backward: bool = True,
-                apis: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+                apis: Iterable[str] | None = None,
+                progress: bool | None = False) -> tuple[list[dict[str, Any]], list[str]]:
     """(result rows, notes) for every API call of ``dump`` (the work of :func:`acc_check`)."""
     c = dump.calls
     notes: list[str] = []
@@ -253,7 +255,8 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
     # at L2 a "backward" call is an aten op that autograd ran (Aten.mm.3.backward), not the gradient of a
     # forward call: each is replayed as an op of its own
     aten = dump.level == "L2"
-    for (step, rank, call), fwd in groups.items():
+    for (step, rank, call), fwd in bar(groups.items(), total=len(groups), desc="acc_check", unit="call",
+                                       explicit=progress):
         own = call.endswith(".forward") or (aten and call.endswith(".backward"))
         if not own or (wanted and not any(w in call for w in wanted)):
             continue
@@ -281,11 +284,12 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
 
 def acc_check(dump: Any, device: str = "cpu", *, target: str | None = None, step: int | Iterable[int] | None = None,
               rank: int | Iterable[int] | None = None, backward: bool = True,
-              apis: Iterable[str] | None = None) -> AccCheckResult:
+              apis: Iterable[str] | None = None, progress: bool | None = None) -> AccCheckResult:
     """Pre-check the APIs of ``dump`` (a path or a :class:`~msprobe_nb.Dump`, level L1 or mix) on the bench
     ``device`` (CPU by default; any torch device). ``target``: where a statistics dump's calls run to stand
     for the device (default: the bench device). ``step`` / ``rank`` select; ``apis`` keeps calls whose name
-    contains one of the given strings; ``backward=False`` skips the backward replays."""
+    contains one of the given strings; ``backward=False`` skips the backward replays; ``progress``: a bar
+    over the calls (default: in a notebook or on a terminal, for 100 calls or more)."""
     if isinstance(dump, (str, bytes)) or hasattr(dump, "__fspath__"):
         from msprobe_nb.store.dump import load
 
@@ -293,5 +297,6 @@ def acc_check(dump: Any, device: str = "cpu", *, target: str | None = None, step
     if step is not None or rank is not None:
         dump = dump.select(step=step, rank=rank)
     torch.device(device)  # a bad device name fails here, naming it
-    rows, notes = check_calls(dump, device=str(device), target=target, backward=backward, apis=apis)
+    rows, notes = check_calls(dump, device=str(device), target=target, backward=backward, apis=apis,
+                              progress=progress)
     return AccCheckResult.from_rows(rows, notes=notes, bench_device=str(device))
