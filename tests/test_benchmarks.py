@@ -35,3 +35,68 @@ def test_report_shows_the_range_and_lists_missed_targets():
     assert any(m.startswith("small stat-L1: time 3.50x > target 3x") for m in missed)
     assert any(m.startswith("small stat-L0: peak RSS") for m in missed)  # +33 % memory
     assert not any(m.startswith("small stat-L0: time") for m in missed)  # 1.5x is within 2x
+
+
+# ---------------------------------------------------------------- bench_real_models.py: report and a smoke run
+real = pytest.importorskip("bench_real_models")
+
+
+def _real(base, with_, rss=300_000, calls=100):
+    return {"base_ms": [base] * 3, "with_ms": [with_] * 3, "peak_rss_kib": rss, "calls": calls}
+
+
+def test_real_model_report_gives_each_target_its_ratio_and_miss():
+    results = {"kit": {"gpt2": {"none": _real(10, 10), "stat-L0": _real(10, 14), "stat-L1": _real(10, 60, 340_000),
+                                "stat-mix": _real(10, 29), "tensor-L1": _real(10, 90)},
+                       "vit": {"none": _real(10, 10), "stat-L1": _real(10, 20)}}}
+    table, markdown, missed = real.summarize(results, ["kit"])
+    row = next(x for x in table.splitlines() if " gpt2 " in x)
+    assert "1.40x" in row and "6.00x" in row and "2.90x" in row and "9.00x" in row and "1.133x" in row
+    assert "| gpt2 | 10.0 | 1.40x | 6.00x | 2.90x | 9.00x | 1.133x | 100 |" in markdown
+    assert "kit gpt2 L1: 6.00x > target 2.5x (missed by 2.40x)" in missed
+    assert "kit gpt2 tensor L1: 9.00x > target 8x (missed by 1.12x)" in missed
+    assert any(m.startswith("kit gpt2 peak memory (L1): 1.133x") and "3.3 points" in m for m in missed)
+    assert not any("L0" in m or "mix" in m or "vit" in m for m in missed)  # 1.4x, 2.9x, 2.0x are within
+    lines = real.targets_report(results, ["kit"])
+    l1 = next(x for x in lines if " L1 " in x and "tensor" not in x)
+    assert "2.00x-6.00x" in l1 and "MISSED by 2.40x (worst: gpt2)" in l1
+    assert any(" L0 " in x and x.endswith("met") for x in lines)
+
+
+def test_real_model_benchmark_runs_a_recorded_step_of_a_real_model(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is not installed (the bench extra)")
+    from recording.child import child
+
+    out = child({"name": "stat-L1", "tool": "kit", "opts": {"level": "L1", "task": "statistics"}, "size": "gpt2",
+                 "steps": 1, "block": 1, "warmup": 1, "tmp": str(tmp_path), "workloads": "recording.real_models"})
+    assert out["errors"] == 0 and out["calls"] > 100  # the forward, backward and AdamW calls of GPT-2
+    assert len(out["base_ms"]) == len(out["with_ms"]) == 1 and out["peak_rss_kib"] > 0
+    r = {"kit": {"gpt2": {"none": dict(out, base_ms=out["base_ms"], with_ms=out["base_ms"]), "stat-L1": out}}}
+    assert "gpt2" in real.summarize(r, ["kit"])[1]
+
+
+# ---------------------------------------------------------------- accelerator_check.py on the CPU
+accel = pytest.importorskip("accelerator_check")
+
+
+def test_accelerator_check_on_cpu_checks_bits_and_skips_the_cuda_parts(capsys, monkeypatch):
+    monkeypatch.setattr(accel.torch.cuda, "is_available", lambda: False)
+    assert accel.main(["--skip-demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: no CUDA device") == 2  # the sync check and the GPU timings say why
+    assert "ok   plain vs plain" in out and "ok   mix tensor" in out and "FAIL" not in out
+
+
+def test_accelerator_check_sees_a_changed_bit(tmp_path, monkeypatch):
+    a = [accel.torch.ones(3)]
+    assert accel.same_bits(a, [accel.torch.ones(3)])
+    assert not accel.same_bits(a, [accel.torch.ones(3) + 1e-7]) and not accel.same_bits(a, a * 2)
+    record = accel._record
+
+    def interfering(work, dump_path, opts, fn):  # a kit that nudged one weight while recording
+        out = record(work, dump_path, opts, fn)
+        return out[:1] + [out[1] + 1e-6] + out[2:]
+
+    monkeypatch.setattr(accel, "_record", interfering)
+    res = accel.check_bitwise(accel.torch.device("cpu"), str(tmp_path))
+    assert res[0][1] and not any(ok for _, ok, _ in res[1:])

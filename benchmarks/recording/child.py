@@ -47,9 +47,19 @@ def _recorded_step(dbg, work, train_step):
     return run
 
 
-def _kit_arm(opts, work, dump_root):
-    from models import train_step
+def _workloads(spec: dict):
+    """The module that builds the spec's workload: ``models`` (the benchmark's own) or ``spec["workloads"]``
+    (e.g. ``recording.real_models``)."""
+    import importlib
+    return importlib.import_module(spec.get("workloads") or "models")
 
+
+def _train_step(mod, work):
+    """The workload's own training step where it has one, else its module's ``train_step``."""
+    return getattr(work, "train_step", None) or mod.train_step
+
+
+def _kit_arm(opts, work, dump_root, train_step):
     import msprobe_nb
 
     dbg = msprobe_nb.Debugger(dump_path=os.path.join(dump_root, "kit"), **opts)
@@ -57,8 +67,7 @@ def _kit_arm(opts, work, dump_root):
     return dbg, _recorded_step(dbg, work, train_step)
 
 
-def _msprobe_arm(opts, work, dump_root):
-    from models import train_step
+def _msprobe_arm(opts, work, dump_root, train_step):
     from msprobe.pytorch import PrecisionDebugger
 
     task = opts["task"]
@@ -132,12 +141,11 @@ def _msprobe_post(dump_root, out):
 
 def _growth(spec: dict) -> dict:
     """Dump size after each of ``steps`` recorded steps (one Debugger, started once, ``step()`` per step)."""
-    import models
-    from models import train_step
-
     import msprobe_nb
 
-    work = models.build(spec["size"])
+    mod = _workloads(spec)
+    work = mod.build(spec["size"])
+    train_step = _train_step(mod, work)
     dump_root = tempfile.mkdtemp(prefix="bench_", dir=spec.get("tmp"))
     try:
         dbg = msprobe_nb.Debugger(dump_path=os.path.join(dump_root, "kit"), **spec["opts"])
@@ -161,13 +169,12 @@ def _growth(spec: dict) -> dict:
 
 def child(spec: dict) -> dict:
     sys.path.insert(0, BENCH_DIR)
-    import models
-    from models import train_step
-
     tool, opts = spec["tool"], spec["opts"]
     if tool == "growth":
         return _growth(spec)
-    work = models.build(spec["size"])
+    mod = _workloads(spec)
+    work = mod.build(spec["size"])
+    train_step = _train_step(mod, work)
     warmup, n = spec["warmup"], spec["steps"]
     base_t, with_t, sizes = [], [], []  # (wall s, CPU s) per timed step
 
@@ -199,7 +206,7 @@ def child(spec: dict) -> dict:
                 base_step()
             base_t = [base_step() for _ in range(n)]
             if tool == "msprobe":
-                dbg, run = _msprobe_arm(opts, work, dump_root)
+                dbg, run = _msprobe_arm(opts, work, dump_root, train_step)
             for i in range(warmup + n):
                 tokens, labels = work.make_batch()
                 if run is None:
@@ -213,7 +220,7 @@ def child(spec: dict) -> dict:
                 _msprobe_post(dump_root, out)
         else:
             if tool == "kit":
-                dbg, run = _kit_arm(opts, work, dump_root)
+                dbg, run = _kit_arm(opts, work, dump_root, train_step)
 
             def with_step():
                 tokens, labels = work.make_batch()
@@ -232,7 +239,7 @@ def child(spec: dict) -> dict:
             # (Alternating single steps made each plain step follow a recorded one, whose memory traffic it
             # paid for: ~10 % slower plain steps on the small model, and so a flattering ratio.) The first
             # step of each block is not timed; the blocks alternate A B, B A, so drift cancels.
-            block = BLOCK_STEPS[spec["size"]]
+            block = spec.get("block") or BLOCK_STEPS[spec["size"]]
             for rnd in range(-(-n // block)):
                 arms = ((base_step, base_t), (with_step, with_t))
                 for fn, times in arms if rnd % 2 == 0 else arms[::-1]:
