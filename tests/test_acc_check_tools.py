@@ -278,6 +278,17 @@ def test_online_task_writes_verdicts_and_no_tensors(tmp_path):
     assert len(back) == len(pre) and list(back["verdict"]) == list(pre["verdict"])
 
 
+def test_online_task_grades_the_white_list_only(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    cfg = {"task": "acc_check", "level": "L1", "dump_path": str(tmp_path / "wl"),
+           "acc_check": {"white_list": ["linear", "gelu"], "black_list": ["gelu"]}}
+    with mp.record(cfg, model=model) as dbg:
+        model(torch.randn(4, 8)).sum().backward()
+    pre = dbg.acc_check_result
+    assert set(pre["op"]) == {"linear"} and any("left out" in n for n in pre.notes)
+
+
 def test_online_task_fails_a_kernel_wrong_while_the_step_runs(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 2))

@@ -236,7 +236,7 @@ def _backward_name(call: str) -> str:
 
 
 def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, backward: bool = True,
-                apis: Iterable[str] | None = None,
+                apis: Iterable[str] | None = None, skip: Iterable[str] | None = None,
                 progress: bool | None = False) -> tuple[list[dict[str, Any]], list[str]]:
     """(result rows, notes) for every API call of ``dump`` (the work of :func:`acc_check`)."""
     c = dump.calls
@@ -248,7 +248,8 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
     if not groups:
         notes.append("no API calls in this dump: record at level L1 or mix to pre-check")
         return [], notes
-    wanted = list(apis or [])
+    wanted, unwanted = list(apis or []), list(skip or [])
+    left_out = 0
     tensor_mode = dump.task == "tensor" or bool((c["data_name"].astype(object).fillna("") != "").any())
     rows: list[dict[str, Any]] = []
     checkers: dict[tuple[int, int], _Checker] = {}
@@ -258,7 +259,10 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
     for (step, rank, call), fwd in bar(groups.items(), total=len(groups), desc="acc_check", unit="call",
                                        explicit=progress):
         own = call.endswith(".forward") or (aten and call.endswith(".backward"))
-        if not own or (wanted and not any(w in call for w in wanted)):
+        if not own:
+            continue
+        if (wanted and not any(w in call for w in wanted)) or any(w in call for w in unwanted):
+            left_out += 1
             continue
         chk = checkers.get((step, rank))
         if chk is None:
@@ -271,6 +275,8 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
                          "family": fwd[0].family, "op": fwd[0].op, "direction": "forward", "verdict": "unchecked",
                          "reasons": f"pre-check failed: {type(exc).__name__}: {exc} "
                                     f"({traceback.format_exc(limit=-1).strip().splitlines()[-1]})"})
+    if left_out:
+        notes.append(f"{left_out} calls left out by the apis / skip filters")
     missing = [m for chk in checkers.values() for m in chk.missing.values()]
     if missing:
         notes.append(f"{len(missing)} tensors of this dump could not be read (first: {missing[0]}); the calls "
@@ -284,11 +290,13 @@ def check_calls(dump: Any, *, device: str = "cpu", target: str | None = None, ba
 
 def acc_check(dump: Any, device: str = "cpu", *, target: str | None = None, step: int | Iterable[int] | None = None,
               rank: int | Iterable[int] | None = None, backward: bool = True,
-              apis: Iterable[str] | None = None, progress: bool | None = None) -> AccCheckResult:
+              apis: Iterable[str] | None = None, skip: Iterable[str] | None = None,
+              progress: bool | None = None) -> AccCheckResult:
     """Pre-check the APIs of ``dump`` (a path or a :class:`~msprobe_nb.Dump`, level L1 or mix) on the bench
     ``device`` (CPU by default; any torch device). ``target``: where a statistics dump's calls run to stand
     for the device (default: the bench device). ``step`` / ``rank`` select; ``apis`` keeps calls whose name
-    contains one of the given strings; ``backward=False`` skips the backward replays; ``progress``: a bar
+    contains one of the given strings, ``skip`` leaves those out (msprobe's white_list / black_list);
+    ``backward=False`` skips the backward replays; ``progress``: a bar
     over the calls (default: in a notebook or on a terminal, for 100 calls or more)."""
     if isinstance(dump, (str, bytes)) or hasattr(dump, "__fspath__"):
         from msprobe_nb.store.dump import load
@@ -297,6 +305,6 @@ def acc_check(dump: Any, device: str = "cpu", *, target: str | None = None, step
     if step is not None or rank is not None:
         dump = dump.select(step=step, rank=rank)
     torch.device(device)  # a bad device name fails here, naming it
-    rows, notes = check_calls(dump, device=str(device), target=target, backward=backward, apis=apis,
+    rows, notes = check_calls(dump, device=str(device), target=target, backward=backward, apis=apis, skip=skip,
                               progress=progress)
     return AccCheckResult.from_rows(rows, notes=notes, bench_device=str(device))

@@ -51,14 +51,24 @@ def calls_frame(columns: dict[str, Any], step: int, rank: int) -> pd.DataFrame:
 class OnlineAccCheck:
     """Grades each step the recorder hands over; ``result`` holds every step's rows so far."""
 
-    def __init__(self, dump_dir: str | Path, *, rank: int = 0, device: str = "cpu", backward: bool = True):
+    def __init__(self, dump_dir: str | Path, *, rank: int = 0, device: str = "cpu", backward: bool = True,
+                 apis: list[str] | None = None, skip: list[str] | None = None):
         self.dump_dir = Path(dump_dir)
+        self.apis, self.skip = list(apis or []), list(skip or [])
         self.rank = rank
         self.device = device
         self.backward = backward
         self.path = self.dump_dir / f"acc_check_rank{rank}.csv"
         self._rows: list[dict[str, Any]] = []
         self._notes: list[str] = []
+
+    @classmethod
+    def from_config(cls, dump_dir: str | Path, cfg: Any, rank: int = 0) -> OnlineAccCheck:
+        """The check a config asks for: msprobe's ``acc_check`` sub-dict ``white_list`` / ``black_list`` (API
+        names, matched as substrings of the call names) select the calls graded."""
+        sub = (getattr(cfg, "extra", None) or {}).get("acc_check") or {}
+        names = {k: [str(x) for x in (sub.get(k) or [])] for k in ("white_list", "black_list")}
+        return cls(dump_dir, rank=rank, apis=names["white_list"], skip=names["black_list"])
 
     def check_step(self, step: int, data: dict[str, Any]) -> AccCheckResult:
         """Grade one step (``data``: the recorder's ``materialize()``), append its rows to the CSV."""
@@ -70,7 +80,7 @@ class OnlineAccCheck:
 
         dump = Dump(DumpParts(calls=calls, meta={"task": "tensor", "level": "L1"}, tensor_loader=loader,
                               source=f"{self.dump_dir} (step {step}, online)"))
-        rows, notes = check_calls(dump, device=self.device, backward=self.backward)
+        rows, notes = check_calls(dump, device=self.device, backward=self.backward, apis=self.apis, skip=self.skip)
         part = AccCheckResult.from_rows(rows, notes=notes, bench_device=self.device)
         part.to_csv(self.path, mode="a", header=not self.path.exists())
         self._rows += rows
