@@ -106,6 +106,8 @@ class MonitorHooks:
         self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
         self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
+        self._weights = [(n, p) for n, p in self._params if p.numel()]
+        self._layouts: dict[Any, list] = {}
         self._want = {"weight": weights, "grad": grads, "opt": optimizer_state and optimizer is not None}
         self._bounds = None if histogram is None else torch.as_tensor(sorted(float(b) for b in histogram))
         self._signs = SignPacker() if signs else None
@@ -120,6 +122,7 @@ class MonitorHooks:
         self._rules = AlertRules(spike, min_history, direction_drop) if alerts else None
         self.alerts: list[str] = []
         self._series: dict[tuple[str, str], int] = {}
+        self._alert_memo: tuple | None = None  # the last step's (kinds, names, scalars) and their series ids
         meta = {"stats": self.stats, "histogram": None if self._bounds is None else self._bounds.tolist(),
                 "signs": bool(signs), "spike": spike, "min_history": min_history, "direction_drop": direction_drop,
                 "model": type(inner).__name__, "optimizer": type(optimizer).__name__ if optimizer else None,
@@ -209,14 +212,27 @@ class MonitorHooks:
 
     # -- aggregates on the device --------------------------------------------------------------------
     def _aggregate(self, kind: str, items: Sequence[tuple[str, torch.Tensor]], signs: bool = False,
-                   hist: bool = False, replace: bool = False) -> None:
-        """Queue the aggregates of ``items`` (name, tensor) as rows of ``kind`` (computed now, read in step())."""
+                   hist: bool = False, replace: bool = False, layout: Any = None) -> None:
+        """Queue the aggregates of ``items`` (name, tensor) as rows of ``kind`` (computed now, read in step()).
+        ``layout``: a key that changes whenever the items' names, shapes, dtypes or devices do; the split by
+        device, the names and the sizes are then remembered under it instead of rebuilt."""
+        groups = self._layouts.get(layout) if layout is not None else None
+        if groups is None:
+            groups = []
+            for group in _by_device(items):
+                at = {id(t): i for i, (_, t) in enumerate(items)} if len(groups) or len(group) != len(items) else None
+                idx = list(range(len(items))) if at is None else [at[id(t)] for _, t in group]
+                groups.append(([n for n, _ in group], idx, np.fromiter((t.numel() for _, t in group), np.int64,
+                                                                       len(group))))
+            if layout is not None:
+                if len(self._layouts) > 64:
+                    self._layouts.clear()
+                self._layouts[layout] = groups
         entries = []
-        for group in _by_device(items):
-            names = [n for n, _ in group]
-            ts = [t for _, t in group]
-            floats, counts = tensor_stats(ts, self.stats)
-            extra = {"numel": np.fromiter((t.numel() for t in ts), np.int64, len(ts))}
+        for g, (names, idx, numel) in enumerate(groups):
+            ts = [items[i][1] for i in idx] if len(idx) != len(items) else [t for _, t in items]
+            floats, counts = tensor_stats(ts, self.stats, None if layout is None else (layout, g))
+            extra = {"numel": numel}
             if signs and self._signs is not None:
                 extra["signs"] = self._signs.pack(ts)
             if hist and self._bounds is not None:
@@ -227,24 +243,31 @@ class MonitorHooks:
         else:
             self._pending.setdefault(kind, []).extend(entries)
 
+    def _layout(self, kind: str, ts: Sequence[torch.Tensor], present: tuple) -> tuple:
+        """The layout key of parameter-shaped tensors: which parameters, their sizes, dtypes and devices."""
+        return (kind, present, tuple(t.numel() for t in ts), frozenset((t.dtype, t.device) for t in ts))
+
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        items = []
-        for name, p in self._params:
+        items, present = [], []
+        for i, (name, p) in enumerate(self._params):
             g = getattr(p, "main_grad", None)
             g = p.grad if g is None else g
             if g is not None and g.numel():
                 items.append((name, g))  # read under no_grad: no detach (a call per parameter) needed
+                present.append(i)
         if items:
-            self._aggregate("grad", items, signs=True, hist=True, replace=True)
+            key = self._layout("grad", [g for _, g in items], tuple(present))
+            self._aggregate("grad", items, signs=True, hist=True, replace=True, layout=key)
         self._grads_read = True
 
     def _read_weights(self) -> None:
         if self._want["weight"]:
-            items = [(n, p) for n, p in self._params if p.numel()]
+            items = self._weights
             if items:
-                self._aggregate("weight", items, replace=True)
+                key = self._layout("weight", [p for _, p in items], ())
+                self._aggregate("weight", items, replace=True, layout=key)
         self._weights_read = True
 
     def _read_optimizer_state(self) -> None:
@@ -404,20 +427,25 @@ class MonitorHooks:
                scalars: dict[str, float]) -> None:
         if self._rules is None:
             return
-        keys = [(k, n) for k, n in zip(kinds, names, strict=True) if k in SPIKE_KINDS]
-        vals = [values[i, 0] for i, k in enumerate(kinds) if k in SPIKE_KINDS]
-        for name in ("loss", "grad_norm"):
-            if name in scalars:
-                keys.append(("scalar", name))
-                vals.append(scalars[name])
-        ids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in keys), np.int64, len(keys))
-        found = self._rules.observe(step, ids, np.asarray(vals, np.float64))
-        if "sign_agree" in self._col:
-            numel = values[:, self._col["numel"]]
-            rows = [i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= DIRECTION_MIN_NUMEL]
-            dkeys = [("direction", names[i]) for i in rows]
-            dids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in dkeys), np.int64, len(rows))
-            found += self._rules.observe(step, dids, values[rows, self._col["sign_agree"]], direction=True)
+        sc = [n for n in ("loss", "grad_norm") if n in scalars]
+        memo = self._alert_memo
+        if memo is None or memo[0] != kinds or memo[1] != names or memo[2] != sc:  # most steps repeat the last
+            rows = np.fromiter((i for i, k in enumerate(kinds) if k in SPIKE_KINDS), np.int64)
+            keys = [(kinds[i], names[i]) for i in rows] + [("scalar", n) for n in sc]
+            ids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in keys), np.int64, len(keys))
+            drows = dids = None
+            if "sign_agree" in self._col:
+                numel = values[:, self._col["numel"]]
+                drows = np.fromiter((i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= DIRECTION_MIN_NUMEL),
+                                    np.int64)
+                dids = np.fromiter((self._series.setdefault(("direction", names[i]), len(self._series))
+                                    for i in drows), np.int64, len(drows))
+            memo = self._alert_memo = (list(kinds), list(names), sc, rows, ids, drows, dids)
+        _, _, _, rows, ids, drows, dids = memo
+        vals = np.concatenate([values[rows, 0], np.asarray([scalars[n] for n in sc], np.float64)])
+        found = self._rules.observe(step, ids, vals)
+        if drows is not None:
+            found += self._rules.observe(step, dids, values[drows, self._col["sign_agree"]], direction=True)
         if not found:
             return
         label = {v: k for k, v in self._series.items()}

@@ -8,6 +8,7 @@ a single copy per device (the results are flattened to bytes and concatenated fi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,9 +28,14 @@ SMALL_NUMEL = 4096
 _plans: dict[tuple, tuple[list[int], list[list[int]], torch.Tensor | None, bool]] = {}
 
 
-def _norm_plan(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[list[int]], torch.Tensor | None, bool]:
+def _norm_plan(ts: Sequence[torch.Tensor], layout: Any = None,
+               ) -> tuple[list[int], list[list[int]], torch.Tensor | None, bool]:
     """(positions of the tensors normed one by one, groups of positions stacked together, the permutation that
-    puts the concatenated results back in order or None, whether every tensor is float32); cached per layout."""
+    puts the concatenated results back in order or None, whether every tensor is float32); cached per layout
+    (``layout``: a caller's key that stands for the tensors' shapes, dtypes and device)."""
+    plan = _plans.get(layout) if layout is not None else None
+    if plan is not None:
+        return plan
     key = tuple((t.shape, t.dtype) for t in ts)
     plan = _plans.get(key)
     if plan is None:
@@ -50,13 +56,15 @@ def _norm_plan(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[list[int]], 
         if len(_plans) > 512:  # a step's layouts repeat every step; a bound keeps a caller from growing it
             _plans.clear()
         plan = _plans[key] = (single, stacked, perm, all(d == torch.float32 for _, d in key))
+    if layout is not None:
+        _plans[layout] = plan
     return plan
 
 
-def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+def _norms(ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:
     """float32 L2 norm of each tensor (one device): a fused ``_foreach_norm`` over the large ones, one stacked
     reduction per group of small ones of one shape and dtype."""
-    single, stacked, perm, fp32 = _norm_plan(ts)
+    single, stacked, perm, fp32 = _norm_plan(ts, layout)
     parts = []
     if single:
         one = [ts[i] for i in single]
@@ -69,9 +77,9 @@ def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
     return out if perm is None else out[perm]
 
 
-def _column(stat: str, ts: Sequence[torch.Tensor]) -> torch.Tensor:
+def _column(stat: str, ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:
     if stat == "norm":
-        return _norms(ts)
+        return _norms(ts, layout)
     if stat == "max":
         return torch.stack([m.float() for m in torch._foreach_max(ts)])
     if stat == "min":
@@ -85,16 +93,19 @@ def _column(stat: str, ts: Sequence[torch.Tensor]) -> torch.Tensor:
     raise ValueError(f"unknown monitor statistic {stat!r}; known: {', '.join(STATS)}")
 
 
-def tensor_stats(ts: Sequence[torch.Tensor], stats: Sequence[str]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def tensor_stats(ts: Sequence[torch.Tensor], stats: Sequence[str], layout: Any = None,
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(float32 ``(len(ts), nf)``, int64 ``(len(ts), nc)``) of the float and count ``stats`` of each tensor.
 
     The tensors must share one device; empty tensors must be left out by the caller (their min has no value).
+    ``layout``: a hashable key the caller guarantees to change whenever the tensors' shapes, dtypes or device
+    do (it saves building one from every tensor).
     Either part is None when no statistic of its kind is asked for.
     """
     with torch.no_grad():
         fl = [s for s in stats if s in FLOAT_STATS]
         co = [s for s in stats if s in COUNT_STATS]
-        f = torch.stack([_column(s, ts) for s in fl], dim=1) if fl else None
+        f = torch.stack([_column(s, ts, layout) for s in fl], dim=1) if fl else None
         c = torch.stack([_column(s, ts) for s in co], dim=1) if co else None
         return f, c
 
