@@ -11,21 +11,29 @@ __version__ = "0.1.0"
 from msprobe_nb.config import ConfigError, DumpConfig, load_config
 
 __all__ = [
+    "AccCheckResult", "AccCheckViewer", "acc_check", "compare_prechecks", "register_reference",
     "CompareError", "CompareResult", "CompareViewer", "ConfigError", "Debugger", "Dump", "DumpConfig",
-    "DumpFormatError", "DumpViewer", "RandomTrace", "Thresholds", "check_determinism", "compare", "load",
-    "load_config", "record", "seed_all", "trace_randomness", "__version__",
+    "DumpFormatError", "DumpViewer", "RandomTrace", "Thresholds", "check_determinism", "compare", "compare_on_dask",
+    "find_overflow", "load", "load_config", "record", "seed_all", "trace_randomness", "__version__",
+    "Monitor", "MonitorViewer", "compare_monitors", "load_monitor",
 ]
 
 # Everything heavy loads on first use: recording (torch) is not needed to compare, the analysis side
 # (pandas) is not needed to record, and the viewers (ipywidgets, matplotlib) are needed by neither.
 _LAZY = {
+    "acc_check": "msprobe_nb.precheck.acc_check", "AccCheckResult": "msprobe_nb.precheck.result",
+    "compare_prechecks": "msprobe_nb.precheck.compare_prechecks",
+    "register_reference": "msprobe_nb.precheck.references", "AccCheckViewer": "msprobe_nb.viewers.acc_check_viewer",
     "Debugger": "msprobe_nb.debugger", "record": "msprobe_nb.debugger", "seed_all": "msprobe_nb.seeding",
     "CompareError": "msprobe_nb.analysis.compare", "CompareResult": "msprobe_nb.analysis.compare",
     "compare": "msprobe_nb.analysis.compare", "check_determinism": "msprobe_nb.analysis.determinism",
-    "Thresholds": "msprobe_nb.analysis.grading", "RandomTrace": "msprobe_nb.analysis.provenance",
+    "Thresholds": "msprobe_nb.analysis.grading", "find_overflow": "msprobe_nb.analysis.overflow",
+    "compare_on_dask": "msprobe_nb.analysis.dask_compare", "RandomTrace": "msprobe_nb.analysis.provenance",
     "trace_randomness": "msprobe_nb.analysis.provenance", "Dump": "msprobe_nb.store.dump",
     "load": "msprobe_nb.store.dump", "DumpFormatError": "msprobe_nb.store.errors",
     "DumpViewer": "msprobe_nb.viewers", "CompareViewer": "msprobe_nb.viewers",
+    "Monitor": "msprobe_nb.monitor", "load_monitor": "msprobe_nb.analysis.monitor_frame",
+    "compare_monitors": "msprobe_nb.analysis.monitor_compare", "MonitorViewer": "msprobe_nb.viewers.monitor_viewer",
 }
 
 

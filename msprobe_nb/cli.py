@@ -1,10 +1,13 @@
 """``msprobe-nb`` command line: compare, info, export, config (a thin shell over the Python API).
 
     msprobe-nb compare NPU BENCH [-o result.csv] [--fuzzy] [--mapping FILE] [--mode auto|statistics|tensor]
+                       [--workers N | --scheduler ADDRESS]   (many ranks: rank by rank on Dask)
     msprobe-nb compare -i compare.json [-o DIR]      (msprobe's legacy input file)
     msprobe-nb info DUMP
     msprobe-nb export DUMP -o DIR [--format msprobe] [--no-tensors] [--allow-outside]
     msprobe-nb config [config.json] [--level mix ...] [--json]   (check what a config records)
+    msprobe-nb acc-check DUMP [-o pre.csv] [--device cpu] [--target DEV] [--api NAME] [--skip NAME]
+    msprobe-nb acc-compare NPU_PRE.csv GPU_PRE.csv [-o cmp.csv]   (which APIs the NPU does worse)
 
 Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
 """
@@ -84,9 +87,12 @@ def cmd_compare(a: argparse.Namespace) -> int:
         th = Thresholds(diverge_rtol=a.diverge_rtol)
     if a.msprobe_levels:
         th = Thresholds.msprobe(diverge_rtol=th.diverge_rtol)
-    res = compare(npu, bench, mode=a.mode, fuzzy=a.fuzzy, mapping=a.mapping, thresholds=th,
-                  rank_map=_parse_pairs(a.rank_map, "rank-map"), step_map=_parse_pairs(a.step_map, "step-map"),
-                  progress=None if verbose else False)
+    options = dict(mode=a.mode, fuzzy=a.fuzzy, mapping=a.mapping, thresholds=th,
+                   rank_map=_parse_pairs(a.rank_map, "rank-map"), step_map=_parse_pairs(a.step_map, "step-map"),
+                   progress=None if verbose else False)
+    if a.workers is not None or a.scheduler:
+        return _compare_on_dask(a, npu, bench, options, verbose)
+    res = compare(npu, bench, **options)
     out = _output_file(a.output)
     if out is not None:
         res.to_msprobe_csv(out, include_bench_only=not a.no_bench_only)
@@ -98,6 +104,30 @@ def cmd_compare(a: argparse.Namespace) -> int:
         c = res.counts()
         bad = c["error"] + (c["warning"] if a.fail_on == "warning" else 0)
         return 1 if bad else 0
+    return 0
+
+
+def _compare_on_dask(a: argparse.Namespace, npu: str, bench: str, options: dict, verbose: bool) -> int:
+    """compare --workers N / --scheduler ADDRESS: rank by rank on Dask; -o gathers the rows to write the CSV."""
+    from msprobe_nb.analysis.dask_compare import DaskUnavailable, compare_on_dask
+
+    if a.workers is not None and a.workers < 1:
+        raise UsageError(f"--workers: expected a number of workers >= 1, got {a.workers}")
+    out = _output_file(a.output)
+    try:
+        res = compare_on_dask(npu, bench, workers=a.workers or 2, scheduler=a.scheduler, rows=out is not None,
+                              **options)
+    except DaskUnavailable as e:
+        raise UsageError(str(e)) from None
+    if out is not None:
+        res.result.to_msprobe_csv(out, include_bench_only=not a.no_bench_only)
+    if verbose:
+        print(res.summary_text())
+        if out is not None:
+            print(f"wrote {out}")
+    if a.fail_on:
+        c = res.counts()
+        return 1 if c["error"] + (c["warning"] if a.fail_on == "warning" else 0) else 0
     return 0
 
 
@@ -142,11 +172,69 @@ def cmd_config(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acc_check(a: argparse.Namespace) -> int:
+    """Pre-check a dump's APIs on this machine's bench; print the failures, write every row with -o."""
+    from msprobe_nb.precheck.acc_check import acc_check
+
+    pre = acc_check(a.dump, device=a.device, target=a.target, backward=not a.no_backward, apis=a.api or None,
+                    skip=a.skip or None)
+    if a.output:
+        pre.to_csv(a.output)
+    if not a.quiet:
+        c = pre.counts()
+        print(f"{c['apis']} APIs, {c['rows']} outputs: {c['pass']} pass, {c['warning']} warning, {c['error']} error, "
+              f"{c['unchecked']} unchecked" + (f"; wrote {a.output}" if a.output else ""))
+        for note in pre.notes:
+            print(f"note: {note}")
+        for r in pre.failures().itertuples(index=False):
+            print(f"error {r.api} output {r.output}: {r.reasons}")
+    return 1 if a.fail_on and len(pre[pre["verdict"].isin(["error"] + (["warning"] if a.fail_on == "warning"
+                                                                        else []))]) else 0
+
+
+def cmd_acc_compare(a: argparse.Namespace) -> int:
+    """Two pre-checks' CSVs (first device, second device): the outputs the first does worse."""
+    from msprobe_nb.precheck.compare_prechecks import compare_prechecks
+
+    t = compare_prechecks(a.first, a.second)
+    if a.output:
+        t.to_csv(a.output, index=False)
+    worse = t[t["verdict"] == "error"]
+    print(f"{len(t)} outputs, {len(worse)} worse on the first device" + (f"; wrote {a.output}" if a.output else ""))
+    for r in worse.itertuples(index=False):
+        print(f"worse {r.api} output {r.output}: {r.reasons}")
+    return 0
+
+
+def cmd_monitor(a: argparse.Namespace) -> int:
+    """Summarise a monitor record: steps, ranks, last scalars, anomalies; with --compare, where two part."""
+    from msprobe_nb.analysis.monitor_frame import load_monitor
+
+    m = load_monitor(a.folder)
+    steps = m.steps
+    print(f"{a.folder}: {len(steps)} step(s)" + (f" ({steps[0]}..{steps[-1]})" if steps else "")
+          + f", rank(s) {sorted(m.meta)}, {m.stats['name'].nunique()} name(s), aggregates {', '.join(m.columns)}")
+    if len(m.scalars):
+        last = m.scalars.iloc[-1]
+        print("last step: " + ", ".join(f"{c} {last[c]:.6g}" for c in m.scalars.columns
+                                        if c not in ("step", "rank") and last[c] == last[c]))
+    an = m.anomalies()
+    print(f"{len(an)} anomal{'y' if len(an) == 1 else 'ies'}")
+    for r in an.head(a.anomalies).itertuples(index=False):
+        print(f"  step {r.step} rank {r.rank} {r.rule}: {r.message}")
+    if a.compare:
+        from msprobe_nb.analysis.monitor_compare import compare_monitors
+
+        fd = compare_monitors(a.folder, a.compare, norm_tolerance=a.norm_tolerance).first_divergence()
+        print(f"first divergence from {a.compare}: {fd if fd else 'none'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Compare, inspect and export msprobe_nb and msprobe dumps.")
     p.add_argument("-f", "--framework", choices=["pytorch"], help=argparse.SUPPRESS)  # msprobe's legacy flag
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config}")
+    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config,acc-check,acc-compare,monitor}")
 
     c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
                        description="Compare two dumps; write msprobe's compare CSV with -o.")
@@ -167,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-bench-only", action="store_true", help="leave bench-only rows out of the CSV")
     c.add_argument("--fail-on", choices=["warning", "error"], help="exit 1 when a row is graded this or worse")
     c.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    c.add_argument("--workers", type=int, metavar="N", help="compare rank by rank on Dask, on a local cluster of N "
+                                                             "worker processes (pip install 'msprobe_nb[dask]')")
+    c.add_argument("--scheduler", metavar="ADDRESS", help="compare on the Dask scheduler at ADDRESS "
+                                                          "(tcp://host:8786) instead of a local cluster")
     c.set_defaults(func=cmd_compare)
 
     i = sub.add_parser("info", help="describe a dump")
@@ -194,6 +286,31 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(*flags, **kw)
     g.add_argument("--json", action="store_true", help="also print every key as JSON")
     g.set_defaults(func=cmd_config)
+
+    k = sub.add_parser("acc-check", help="pre-check every recorded API on a high-precision bench (docs/precheck.md)")
+    k.add_argument("dump", help="a dump recorded at level L1 or mix (task tensor, or statistics: approximate)")
+    k.add_argument("-o", "--output", help="write every graded output to this CSV")
+    k.add_argument("--device", default="cpu", help="the bench device (default cpu)")
+    k.add_argument("--target", help="statistics dumps: the device whose kernels are checked (default: the bench)")
+    k.add_argument("--api", action="append", metavar="NAME", help="only calls whose name contains NAME (repeatable)")
+    k.add_argument("--skip", action="append", metavar="NAME", help="leave out calls whose name contains NAME")
+    k.add_argument("--no-backward", action="store_true", help="do not replay backward calls")
+    k.add_argument("--fail-on", choices=["warning", "error"], help="exit 1 when an output is graded this or worse")
+    k.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    k.set_defaults(func=cmd_acc_check)
+
+    m = sub.add_parser("acc-compare", help="compare two pre-checks: the APIs the first device does worse")
+    m.add_argument("first", help="the first device's pre-check CSV (msprobe-nb acc-check -o)")
+    m.add_argument("second", help="the second device's pre-check CSV")
+    m.add_argument("-o", "--output", help="write the side-by-side table to this CSV")
+    m.set_defaults(func=cmd_acc_compare)
+
+    n = sub.add_parser("monitor", help="summarise a training monitor record (docs/monitor.md)")
+    n.add_argument("folder", help="the Monitor's dump_path (monitor_rank<N>.h5 files)")
+    n.add_argument("--compare", metavar="OTHER", help="another run's record: print where the two first part")
+    n.add_argument("--norm-tolerance", type=float, default=0.01, help="norm ratio off 1 by more than this parts")
+    n.add_argument("--anomalies", type=int, default=10, metavar="N", help="list the first N anomalies (10)")
+    n.set_defaults(func=cmd_monitor)
     return p
 
 

@@ -29,14 +29,12 @@ SEED_MAX = 2**32 - 1  # numpy's legacy seeder takes 0..2**32-1; torch and random
 
 #: msprobe tasks the kit does not implement: their sub-dicts load (kept in ``extra``), the task name does not.
 FOREIGN_TASKS = {
-    "acc_check": "msprobe's API pre-check, which replays dumped APIs",
-    "run_ut": "legacy name of msprobe's API pre-check",
+    "run_ut": "legacy name of msprobe's API pre-check; the kit's is task 'acc_check' (or mp.acc_check on a dump)",
     "diff_check": "msprobe real-time diff; compare two kit dumps instead",
-    "nan_check": "NPU-only custom ops; the kit counts NaN/inf in every statistics row",
-    "overflow_check": "legacy overflow dump; the kit counts NaN/inf in every statistics row",
+    "nan_check": "NPU-only custom ops; the kit's task 'overflow_check' (or mp.find_overflow on a dump) works anywhere",
     "exception_dump": "MindSpore only",
     "free_benchmark": "legacy perturbation check, removed from msprobe",
-    "grad_probe": "legacy gradient monitor",
+    "grad_probe": "legacy gradient monitor; the kit's is mp.Monitor",
 }
 
 #: keys of a task sub-dict that the kit uses (flattened into DumpConfig fields)
@@ -306,7 +304,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(DumpConfig) if f.name != "ext
 _KW_KEYS = _FIELDS + tuple(IGNORED_TOP_KEYS)          # allowed keyword overrides
 _TOP_KEYS = _KW_KEYS + ("extra",)                      # allowed plain top-level keys (besides sub-dicts)
 _SUB_KEYS = TASK_KEYS + tuple(IGNORED_TASK_KEYS)       # allowed keys inside a kit task sub-dict
-_KIT_SUBDICTS = ("statistics", "tensor", "structure", "md5")
+_KIT_SUBDICTS = ("statistics", "tensor", "structure", "md5", "overflow_check", "acc_check")
 _ALL_TOP = _TOP_KEYS + _KIT_SUBDICTS + tuple(FOREIGN_TASKS)
 
 

@@ -7,6 +7,7 @@ debuggers may exist (no process-wide singleton), but only one records at a time.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import os
 import platform
@@ -86,6 +87,7 @@ class Debugger:
         self._stacks_owed: dict = {}  # stacks sent with a dropped step: the recorder will not send them again
         self._lock = None  # this rank's claim of the dump folder (DumpLock), from start() to close()
         self._made_dir = False  # start() created the dump folder
+        self._online = None  # task acc_check: the OnlineAccCheck grading each step
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -130,7 +132,9 @@ class Debugger:
             elif cfg.is_deterministic:  # determinism without reseeding the user's generators
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
                 torch.use_deterministic_algorithms(True)
-            self._recorder = Recorder(cfg, rank=_rank())
+            # the online pre-check records like the tensor task (whole pre-call inputs), then grades the step
+            self._recorder = Recorder(dataclasses.replace(cfg, task="tensor") if cfg.task == "acc_check" else cfg,
+                                      rank=_rank())
             self._random = RandomPolicy(cfg)
             self._random.recorder = self._recorder
         rec = self._recorder
@@ -348,10 +352,13 @@ class Debugger:
                     return
                 # the recorder sends each stack once: those of a dropped step go with the next one written
                 stacks = {**self._stacks_owed, **data["stacks"]} if self._stacks_owed else data["stacks"]
-                if self._writer is None:
-                    self._open_writer()
-                self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"],
-                                        partial=partial)
+                if self.config.task == "acc_check":  # verdicts and metrics only: no dump file, no tensors
+                    self._online_check().check_step(rec.step, data)
+                else:
+                    if self._writer is None:
+                        self._open_writer()
+                    self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"],
+                                            partial=partial)
             except BaseException as exc:
                 rec.flushed()  # dropped: kept, they would be written later under the next step's number
                 if stacks is not None:
@@ -382,6 +389,20 @@ class Debugger:
             return DumpWriteError(code, msg, step, where)
         exc.add_note(msg)
         return None
+
+    def _online_check(self):
+        if self._online is None:
+            from msprobe_nb.precheck.online import OnlineAccCheck
+            self._online = OnlineAccCheck.from_config(self.dump_dir, self.config, rank=self._recorder.rank)
+        return self._online
+
+    @property
+    def acc_check_result(self):
+        """Task ``acc_check``: the pre-check of every step written so far (an ``AccCheckResult``), also in
+        ``acc_check_rank<N>.csv`` in the dump folder."""
+        if self._online is None:
+            raise RuntimeError("no pre-check: record with task='acc_check' and end a step first")
+        return self._online.result
 
     @property
     def dropped_steps(self) -> dict[int, str]:

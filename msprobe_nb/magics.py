@@ -17,7 +17,7 @@ from msprobe_nb.config import ConfigError
 from msprobe_nb.debugger import Debugger
 from msprobe_nb.options import argument_specs, overrides_from
 
-_STATE: dict = {"debugger": None}
+_STATE: dict = {"debugger": None, "monitor": None}
 
 
 def current() -> Debugger | None:
@@ -117,6 +117,44 @@ class MsprobeMagics(Magics):
         finally:
             self.msprobe_stop("")
 
+    @magic_arguments()
+    @argument("model", nargs="?", help="name of the model variable")
+    @argument("optimizer", nargs="?", help="name of the optimizer variable (optional)")
+    @argument("--dump-path", "-o", default="monitor", help="folder of the record (monitor_rank<N>.h5 per rank)")
+    @argument("--on-exists", default="new", choices=["new", "error", "overwrite"])
+    @argument("--activations", action="store_true", help="also every module's output and its gradient")
+    @argument("--signs", action="store_true", help="gradient sign bitmaps (direction similarity)")
+    @argument("--as", dest="var", default="monitor", help="variable that receives the Monitor")
+    @argument("--close", action="store_true", help="close the monitor the magic started")
+    @line_magic
+    def msprobe_monitor(self, line=""):
+        """Start a training monitor: ``%msprobe_monitor model opt -o runs/mon``; call ``monitor.step(loss=...)``
+        each step and ``%msprobe_monitor --close`` at the end (``msprobe_nb.Monitor``, docs/monitor.md)."""
+        args = parse_argstring(self.msprobe_monitor, line)
+        mon = _STATE["monitor"]
+        if args.close:
+            if mon is None:
+                raise UsageError("no monitor to close; start one with %msprobe_monitor MODEL [OPTIMIZER]")
+            mon.close()
+            _STATE["monitor"] = None
+            print(f"msprobe_nb: monitor closed after {mon.step_index} step(s) -> {mon.dump_path}")
+            return
+        if not args.model:
+            raise UsageError("name the model variable: %msprobe_monitor MODEL [OPTIMIZER] [-o PATH]")
+        if mon is not None:
+            mon.close()  # one monitor from the magic at a time: the previous one's steps are on disk
+        from msprobe_nb.monitor import Monitor
+
+        opt = self._model(args.optimizer) if args.optimizer else None
+        try:
+            mon = Monitor(self._model(args.model), opt, dump_path=args.dump_path, on_exists=args.on_exists,
+                          activations=args.activations, signs=args.signs)
+        except (ValueError, FileExistsError) as exc:
+            raise UsageError(str(exc)) from None
+        _STATE["monitor"] = mon
+        self.shell.user_ns[args.var] = mon
+        print(f"msprobe_nb: monitoring -> {mon.dump_path}; call `{args.var}.step(loss=loss)` once per step")
+
 
 def load_ipython_extension(ipython) -> None:
     ipython.register_magics(MsprobeMagics)
@@ -128,7 +166,11 @@ def unload_ipython_extension(ipython) -> None:
     if dbg is not None:
         dbg.close()
         _STATE["debugger"] = None
-    for kind, names in (("line", ("msprobe_start", "msprobe_stop", "msprobe_step")), ("cell", ("msprobe",))):
+    if _STATE["monitor"] is not None:
+        _STATE["monitor"].close()
+        _STATE["monitor"] = None
+    for kind, names in (("line", ("msprobe_start", "msprobe_stop", "msprobe_step", "msprobe_monitor")),
+                        ("cell", ("msprobe",))):
         for name in names:
             ipython.magics_manager.magics[kind].pop(name, None)
 

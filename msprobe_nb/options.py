@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-TASKS = ("statistics", "tensor", "md5", "structure")
+TASKS = ("statistics", "tensor", "md5", "structure", "overflow_check", "acc_check")
 LEVELS = ("L0", "L1", "mix", "L2")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor", "crc32")

@@ -91,7 +91,10 @@ ALLOWED = {
     "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema"),  # the calls-table contract it fills
     "store": ("msprobe_nb.store", "msprobe_nb", "msprobe_nb.progress"),  # "msprobe_nb" alone: the version
     "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis", "msprobe_nb.progress"),
-    "viewers": ("msprobe_nb.viewers", "msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.progress"),
+    "precheck": ("msprobe_nb.precheck", "msprobe_nb.capture", "msprobe_nb.store", "msprobe_nb.analysis",
+                 "msprobe_nb.progress"),  # replays calls from dumps: torch, the capture's leaf walk
+    "viewers": ("msprobe_nb.viewers", "msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.progress",
+                "msprobe_nb.precheck.result"),  # the pre-check's table, torch-free
     "progress": (),
     "config": ("msprobe_nb.options",),  # the option table it validates by
     "options": (),
