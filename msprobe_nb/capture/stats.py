@@ -60,6 +60,20 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
 
 
+#: float16 / bfloat16 CPU tensors up to this many elements are widened for the C kernel (a float32 copy of
+#: at most 4 MiB lives for the length of one summary); larger ones take torch's reductions
+HALF_WIDEN_MAX_NUMEL = 1 << 20
+
+
+def _half_stats(t: torch.Tensor, n: int) -> tuple[float, ...]:
+    """Statistics of the float16 / bfloat16 CPU tensor ``t`` (``n`` > 0 elements) from one widening copy to
+    float32 and the C kernel. Torch reduces a half tensor the same way (every element widened exactly to
+    float32; mean and norm accumulated in float32), so the result is torch's up to summation order, like
+    the float32 kernel's; max and min are exact. With a NaN or inf in it, torch's path counts them."""
+    got = _fused_stats(t.to(torch.float32, memory_format=torch.contiguous_format), n)
+    return got if got is not None else _cpu_stats(t)
+
+
 def _cpu_stats(t: torch.Tensor) -> tuple[float, ...]:
     if t.numel() == 0:
         return _EMPTY
@@ -260,6 +274,8 @@ class Summarizer:
             n = d.numel()
             if on_cpu and d.dtype is _F32 and n:
                 self._float32(d, n)
+            elif on_cpu and d.dtype in _HALF and 0 < n <= HALF_WIDEN_MAX_NUMEL and _fused_at is not None:
+                values.append(_half_stats(d, n))
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
