@@ -213,6 +213,29 @@ def test_first_overflow_needs_finite_inputs_and_a_non_finite_output():
                            "neginf_count": zero}) is None
 
 
+def test_overflow_check_names_the_innermost_call_not_the_module_around_it(tmp_path):
+    """At mix a module call starts before the calls inside it: when its output overflows because an API
+    inside it did, the window ends at that API (the module's entry would leave only the module)."""
+    import msprobe_nb as mp
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.norm = torch.nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.lin(x) * 1e38)  # finite after the mul, inf inside layer_norm's variance
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Block())
+    with mp.record(dump_path=str(tmp_path / "d"), level="mix", task="overflow_check", model=model):
+        model(torch.randn(2, 4))
+    calls = list(dict.fromkeys(load(tmp_path / "d").calls.sort_values("call_index")["call"]))
+    assert calls[-1] == "Functional.layer_norm.0.forward", calls
+    assert "Tensor.__mul__.0.forward" in calls and len(calls) == CALLS_BEFORE + 1
+
+
 def test_overflow_check_is_a_kit_task():
     assert load_config(task="overflow_check").task == "overflow_check"
     assert load_config({"task": "overflow_check", "overflow_check": {"overflow_nums": 1}}).task == "overflow_check"

@@ -38,7 +38,12 @@ def _take(col: Any, keep: np.ndarray) -> Any:
 
 
 def first_overflow(columns: dict[str, Any]) -> int | None:
-    """``call_index`` of the first call whose inputs are finite and outputs are not, or None."""
+    """``call_index`` of the first call whose inputs are finite and outputs are not, or None.
+
+    Innermost first: a module whose outputs overflow because a call inside it did (at mix, or a submodule at
+    L0) starts before that call, so among such calls the one with no overflowing call nested inside it is
+    the origin (the ``parent`` chain says what is nested in what), and the earliest of those is named.
+    """
     counts = [np.nan_to_num(np.asarray(columns[c], dtype=np.float64), nan=0.0)
               for c in ("nan_count", "posinf_count", "neginf_count")]
     bad = (counts[0] + counts[1] + counts[2]) > 0
@@ -47,10 +52,26 @@ def first_overflow(columns: dict[str, Any]) -> int | None:
     index = np.asarray(_values(columns["call_index"]), dtype=np.int64)
     output = _values(columns["io"]) == "output"
     bad_in = set(index[bad & ~output].tolist())
-    for i in sorted(set(index[bad & output].tolist())):
-        if i not in bad_in:
-            return i
-    return None
+    made = [i for i in sorted(set(index[bad & output].tolist())) if i not in bad_in]
+    if not made:
+        return None
+    if "parent" not in columns or "call" not in columns:
+        return made[0]
+    names, parents = _values(columns["call"]), _values(columns["parent"])
+    call_of: dict[int, str] = {}
+    parent_of: dict[str, str] = {}
+    for i, c, p in zip(index.tolist(), names.tolist(), parents.tolist()):
+        call_of.setdefault(i, c)
+        parent_of.setdefault(c, p if isinstance(p, str) else "")
+    made_calls = {call_of[i] for i in made}
+    enclosing: set[str] = set()  # overflowing calls that hold another overflowing call
+    for i in made:
+        p, depth = parent_of.get(call_of[i], ""), 0
+        while p and depth < 10_000:  # a damaged chain cannot loop forever
+            if p in made_calls:
+                enclosing.add(p)
+            p, depth = parent_of.get(p, ""), depth + 1
+    return next((i for i in made if call_of[i] not in enclosing), made[0])
 
 
 class OverflowWatch:
