@@ -154,11 +154,6 @@ def _ddp(rank: int, world: int, out: Path, levels: tuple = (None, "L1", "mix")) 
     torch.save(runs, out / f"ddp{rank}.pt")
 
 
-def _ddp_mix(rank: int, world: int, out: Path) -> None:
-    """:func:`_ddp` without the kit and at mix only (mix records the APIs L1 does, and the modules)."""
-    _ddp(rank, world, out, (None, "mix"))
-
-
 def _overflow_check(rank: int, world: int, out: Path) -> None:
     """The overflow_check task: rank 1 overflows at step 1 and all-reduces it; steps 0 and 2 are clean."""
     import msprobe_nb
@@ -220,5 +215,5 @@ def _planted_overflow(rank: int, world: int, out: Path) -> None:
         torch.sum(h)
 
 
-SCENARIOS = {f.__name__[1:]: f for f in (_collectives, _ddp, _ddp_mix, _overflow_check, _planted_change,
+SCENARIOS = {f.__name__[1:]: f for f in (_collectives, _ddp, _overflow_check, _planted_change,
                                          _planted_overflow)}

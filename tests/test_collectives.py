@@ -32,7 +32,7 @@ def two(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory):
-    return runs.run_ranks(4, ["collectives", "ddp_mix"], tmp_path_factory.mktemp("four_ranks"))
+    return runs.run_ranks(4, ["collectives", "ddp"], tmp_path_factory.mktemp("four_ranks"))
 
 
 @pytest.fixture(params=["two", "four"])
@@ -119,11 +119,11 @@ def test_send_and_recv_record_their_peer(world_run):
 @needs_gloo
 def test_ddp_training_is_bitwise_identical_with_recording(world_run):
     world, root = world_run
-    folder = root / ("ddp" if world == 2 else "ddp_mix")
+    folder = root / "ddp"
     for rank in range(world):
         got = torch.load(folder / f"ddp{rank}.pt")
         off_losses, off_params = got.pop("off")
-        assert set(got) == ({"L1", "mix"} if world == 2 else {"mix"})
+        assert set(got) == {"L1", "mix"}
         for level, (losses, params) in got.items():
             assert all(torch.equal(a, b) for a, b in zip(off_losses, losses)), (rank, level)
             assert all(torch.equal(a, b) for a, b in zip(off_params, params)), (rank, level)
