@@ -16,7 +16,8 @@ from msprobe_nb.precheck.result import AccCheckResult
 
 from .base import BaseViewer
 from .detail import Detail
-from .table import cell_styles, render_html
+from .table import VERDICTS, cell_styles, render_html
+from .viewer_widgets import ViewerWidgets, opt, toggles_layout
 
 __all__ = ["AccCheckViewer", "viewer_table"]
 
@@ -61,6 +62,21 @@ class AccCheckViewer(BaseViewer):
         c = AccCheckResult(self.pre).counts()
         return (f"<b>AccCheckViewer</b> <span style='font-size:12px'>{c['apis']} APIs, {c['rows']} outputs: "
                 f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unchecked']} unchecked</span>")
+
+    def _extra_filter_widgets(self, shell: ViewerWidgets) -> list:
+        """The verdict filter as buttons (the verdicts this pre-check holds, "unchecked" last)."""
+        import ipywidgets as W
+
+        have = shell.table_view.ix.uniques("result") if shell.table_view.ix.has("result") else []
+        levels = [v for v in (*VERDICTS, "unchecked") if v in have]
+        shell.w["verdict"] = W.ToggleButtons(options=["all", *levels], value="all", description="verdict",
+                                             style={"button_width": "auto", "description_width": "auto"},
+                                             layout=toggles_layout())
+        shell.bind("verdict", opt)
+        return [shell.w["verdict"]]
+
+    def _extra_state_widgets(self) -> tuple[str, ...]:
+        return ("verdict",)
 
     def _mark_call(self) -> str | None:
         return self.state.selected

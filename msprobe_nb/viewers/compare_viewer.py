@@ -391,10 +391,17 @@ class CompareViewer(BaseViewer):
         return tabs
 
     def open_rank(self, rank: int, step: int) -> CompareViewer:
-        """Show that rank's calls of that step (what a click on the Ranks grid does)."""
+        """Show that rank's calls of that step, the detail on that rank's first divergence there (what a click
+        on the Ranks grid does): the detail never stays on another rank's call."""
         self.set_state(rank=int(rank), step=int(step), page=0)
-        if self._w is not None:
+        if self._w is not None:  # the table first, so that the grid can scroll to the call
             self._w["tabs"].selected_index = 0
+        first = getattr(self.result, "first_divergence", None)
+        d = first(step=int(step), rank=int(rank)) if callable(first) else None
+        if d is not None:
+            self.goto(d.call, d.step, d.rank)
+        else:
+            self.set_state(selected=None, selected_step=None, selected_rank=None)
         return self
 
     def _on_tab(self, index: int) -> None:
