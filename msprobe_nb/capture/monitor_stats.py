@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture.stats import fused_kernel
+
 __all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "gather", "histograms", "tensor_stats"]
 
 #: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
@@ -61,9 +63,26 @@ def _norm_plan(ts: Sequence[torch.Tensor], layout: Any = None,
     return plan
 
 
+def _cpu_norms(ts: Sequence[torch.Tensor], kernel: Any) -> torch.Tensor | None:
+    """float32 L2 norms of contiguous float32 CPU tensors from the kit's C statistics kernel, one call each
+    (torch's CPU ``_foreach_norm`` dispatches once per tensor, which a model's hundreds of parameters make
+    most of its cost); None where a tensor is not such a tensor. NaN and inf propagate as torch's do."""
+    f32 = torch.float32
+    for t in ts:
+        if t.dtype is not f32 or not t.is_cpu or not t.is_contiguous() or t.is_neg():
+            return None
+    return torch.tensor([kernel(t.data_ptr(), t.numel())[3] for t in ts], dtype=f32)
+
+
 def _norms(ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:
-    """float32 L2 norm of each tensor (one device): a fused ``_foreach_norm`` over the large ones, one stacked
-    reduction per group of small ones of one shape and dtype."""
+    """float32 L2 norm of each tensor (one device): the C kernel for float32 CPU tensors where it is built;
+    else a fused ``_foreach_norm`` over the large ones and one stacked reduction per group of small ones of one
+    shape and dtype."""
+    kernel = fused_kernel()
+    if kernel is not None and ts[0].is_cpu:
+        got = _cpu_norms(ts, kernel)
+        if got is not None:
+            return got
     single, stacked, perm, fp32 = _norm_plan(ts, layout)
     parts = []
     if single:

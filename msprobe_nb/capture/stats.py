@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +46,13 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
     if dt.is_floating_point:
         return t, None
     return t, torch.float64  # integers: exact min/max, mean and norm in float64
+
+
+def fused_kernel() -> Any:
+    """The C kernel ``stats_at(address, n) -> (max, min, sum, norm)`` of ``n`` float32 values at a contiguous CPU
+    tensor's ``data_ptr()`` (the caller checks dtype, device, contiguity and the negative bit), or None where the
+    extension was not built."""
+    return _fused_at
 
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
