@@ -338,3 +338,23 @@ def test_without_sign_bitmaps_the_direction_comes_from_histograms(tmp_path):
     assert (grad.loc[:9, "direction"] == 1.0).all()
     assert grad.loc[10, "direction"] < 0.9 and bool(grad.loc[10, "parts"])  # the negative bins emptied
     assert grad.loc[10, "norm_ratio"] == pytest.approx(1.0)  # the norm alone would not see it
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["C kernel", "torch"])
+def test_norms_match_torchs_on_either_path(monkeypatch, kernel):
+    """Parameter norms come from the C kernel (float32 CPU tensors) or from torch; both give torch's norm,
+    NaN, inf, overflow and one-element tensors included, and a transposed view falls back to torch."""
+    from msprobe_nb.capture import monitor_stats
+    from msprobe_nb.capture.stats import norms_kernel
+
+    if kernel and norms_kernel() is None:
+        pytest.skip("msprobe_nb.capture._fused_stats is not built (no C compiler at install)")
+    if not kernel:
+        monkeypatch.setattr(monitor_stats, "norms_kernel", lambda: None)
+    torch.manual_seed(0)
+    plain = [torch.randn(1000), torch.tensor([-3.0]), torch.tensor([float("nan"), 1.0]),
+             torch.tensor([float("inf"), 1.0]), torch.full((10,), 1e20), torch.randn(64), torch.randn(64)]
+    for ts in (plain, plain + [torch.randn(8, 5).t()]):  # a transposed view: that list takes torch's path
+        got = monitor_stats.tensor_stats(ts, ("norm",))[0][:, 0]
+        want = torch.stack([t.norm() for t in ts])
+        assert torch.allclose(got, want, rtol=1e-6, equal_nan=True), (got, want)

@@ -124,14 +124,88 @@ static PyObject *stats_at(PyObject *self, PyObject *args)
     return result(out, any_nan, n);
 }
 
+/* Sum of squares of n float32 values in double (float lanes folded every FOLD elements): a NaN or inf
+   propagates through the arithmetic itself, as in torch's norm. */
+MULTIVERSION static double sumsq_pass(const float *x, Py_ssize_t n)
+{
+    v8f zero = {0};
+    double q = 0.0;
+    Py_ssize_t i = 0;
+    Py_ssize_t whole = n - n % BLOCK;
+    while (i < whole) {
+        v8f q0 = zero, q1 = zero, q2 = zero, q3 = zero;
+        Py_ssize_t end = i + FOLD < whole ? i + FOLD : whole;
+        for (; i < end; i += BLOCK) {
+            v8f a, b, c, d;
+            memcpy(&a, x + i, sizeof a);
+            memcpy(&b, x + i + 8, sizeof b);
+            memcpy(&c, x + i + 16, sizeof c);
+            memcpy(&d, x + i + 24, sizeof d);
+            q0 += a * a; q1 += b * b; q2 += c * c; q3 += d * d;
+        }
+        v8f qt = (q0 + q1) + (q2 + q3);
+        for (int k = 0; k < 8; k++)
+            q += qt[k];
+    }
+    for (; i < n; i++)
+        q += (double)x[i] * x[i];
+    return q;
+}
+
+/* norms_at(addresses, counts): the L2 norm of each run of counts[k] float32 values at addresses[k] (tensors'
+   data_ptr(), contiguous float32 CPU tensors the caller holds), rounded to float32 as torch's norm is: |x| for
+   one element, inf once the sum of squares passes float32's range. One call for a model's many parameters. */
+static PyObject *norms_at(PyObject *self, PyObject *args)
+{
+    PyObject *addresses, *counts;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &addresses, &PyList_Type, &counts))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(addresses);
+    if (PyList_GET_SIZE(counts) != m) {
+        PyErr_SetString(PyExc_ValueError, "norms_at() needs as many counts as addresses");
+        return NULL;
+    }
+    PyObject *out = PyList_New(m);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Py_ssize_t address = PyLong_AsSsize_t(PyList_GET_ITEM(addresses, k));
+        Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(counts, k));
+        if (PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (address == 0 || n <= 0) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "norms_at() needs addresses and positive counts");
+            return NULL;
+        }
+        const float *x = (const float *)address;
+        double q = sumsq_pass(x, n);
+        double norm = n == 1 ? fabs((double)x[0]) : q > FLT_MAX ? (double)INFINITY : sqrt(q);
+        if (q != q)
+            norm = (double)NAN;
+        PyObject *v = PyFloat_FromDouble((double)(float)norm);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, v);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"stats_at", stats_at, METH_VARARGS,
      "stats_at(address, n) -> (max, min, sum, norm) of the n float32 values at address (a tensor's data_ptr()),"
      " in one pass."},
+    {"norms_at", norms_at, METH_VARARGS,
+     "norms_at(addresses, counts) -> [norm, ...] of float32 runs at addresses (tensors' data_ptr()), one call."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",
-                                    "One-pass max, min, sum and norm of float32 tensors' memory.", -1, methods,
+                                    "One-pass max, min, sum and norm of float32 tensors' memory; many tensors' norms in one call.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fused_stats(void) { return PyModule_Create(&module); }

@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
+    from msprobe_nb.capture._fused_stats import norms_at as _norms_at
     from msprobe_nb.capture._fused_stats import stats_at as _fused_at
-except ImportError:  # built without a compiler: torch's reductions give the same statistics
-    _fused_at = None
+except ImportError:  # built without a compiler (or an older build): torch's reductions give the same statistics
+    _fused_at = _norms_at = None
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -48,11 +49,11 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
     return t, torch.float64  # integers: exact min/max, mean and norm in float64
 
 
-def fused_kernel() -> Any:
-    """The C kernel ``stats_at(address, n) -> (max, min, sum, norm)`` of ``n`` float32 values at a contiguous CPU
-    tensor's ``data_ptr()`` (the caller checks dtype, device, contiguity and the negative bit), or None where the
-    extension was not built."""
-    return _fused_at
+def norms_kernel() -> Any:
+    """The C kernel ``norms_at(addresses, counts) -> [norm, ...]``: the float32 L2 norm of each run of float32
+    values at contiguous CPU tensors' ``data_ptr()`` (the caller checks dtype, device, contiguity and the
+    negative bit, and holds the tensors), in one call; None where the extension was not built."""
+    return _norms_at
 
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
