@@ -141,9 +141,9 @@ viewer = mp.MonitorViewer(g)
 viewer"""
 
 #: JavaScript: the colour at the middle of heat map cell [row, col] of the canvas
-_PIXEL = """(c, [r, k]) => { const cw = c.width / %d, ch = c.height / %d;
-  return [...c.getContext('2d').getImageData(Math.floor((k + 0.5) * cw), Math.floor((r + 0.5) * ch), 1, 1).data]
-    .slice(0, 3); }"""
+_PIXEL = """(c, [r, k]) => { const left = Number(c.dataset.left), cw = 10, ch = 10;
+  return [...c.getContext('2d').getImageData(left + Math.floor((k + 0.5) * cw), Math.floor((r + 0.5) * ch), 1, 1)
+    .data].slice(0, 3); }"""
 
 
 def _check_monitor(page, shots: list[Path]) -> None:
@@ -157,9 +157,10 @@ def _check_monitor(page, shots: list[Path]) -> None:
 
     # the heat map: 4 layers x 20 steps; before the plant every cell agrees (the lightest shade); the planted
     # cell (2.weight, step 12) is far darker
-    size = canvas.evaluate("c => [c.width, c.height]")
-    assert size == [200, 40], size
-    px = _PIXEL % (20, 4)
+    # cells of 10 x 10 px after a gutter of layer names, above a row of step ticks
+    left, width, height = canvas.evaluate("c => [Number(c.dataset.left), c.width, c.height]")
+    assert left > 20 and (width - left, height) == (200, 40 + 14), (left, width, height)
+    px = _PIXEL
     agree = {tuple(canvas.evaluate(px, [r, k])) for r in range(4) for k in range(PLANT)}
     assert agree == {(255, 240, 200)}, agree
     planted = canvas.evaluate(px, [2, PLANT])
@@ -172,9 +173,9 @@ def _check_monitor(page, shots: list[Path]) -> None:
 
     # a click on a cell (0.weight at step 5): that step and layer's numbers, both runs; the tip names it
     for row, name, step in ((0, "0.weight", 5), (3, "2.bias", 17)):
-        canvas.hover(position={"x": step * 10 + 5, "y": row * 10 + 5})
+        canvas.hover(position={"x": left + step * 10 + 5, "y": row * 10 + 5})
         assert out.get_by_text(f"{name} @ step {step}").count() == 1
-        canvas.click(position={"x": step * 10 + 5, "y": row * 10 + 5})
+        canvas.click(position={"x": left + step * 10 + 5, "y": row * 10 + 5})
         numbers = out.locator(".widget-html", has_text=f"step {step}, {name}").first
         numbers.wait_for(state="visible", timeout=30_000)
         table = numbers.locator("table tbody tr")

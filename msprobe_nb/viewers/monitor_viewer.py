@@ -30,24 +30,45 @@ function render({ model, el }) {
   const tip = document.createElement("div");
   tip.style.cssText = "font:12px monospace;color:#444;height:1.4em";
   wrap.appendChild(canvas); el.appendChild(tip); el.appendChild(wrap);
+  // the cells start after a gutter of layer names (left) and above a row of step ticks (bottom); the canvas
+  // says where (data-left, data-top) so a reader of its pixels finds the cells
+  const FONT = "10px sans-serif", TICKS = 14;
+  function gutter(ctx, rows, ch) {
+    if (ch < 9) return 0;
+    ctx.font = FONT;
+    return Math.min(220, Math.ceil(Math.max(0, ...rows.map(r => ctx.measureText(String(r)).width))) + 6);
+  }
   function draw() {
     const p = model.get("payload"); const rows = p.rows || [], cols = p.cols || [];
     const cw = p.cell_w || 4, ch = p.cell_h || 10;
-    canvas.width = Math.max(1, cols.length * cw); canvas.height = Math.max(1, rows.length * ch);
+    const left = gutter(canvas.getContext("2d"), rows, ch);
+    canvas.width = Math.max(1, left + cols.length * cw); canvas.height = Math.max(1, rows.length * ch + TICKS);
+    canvas.dataset.left = left; canvas.dataset.top = 0;
     const ctx = canvas.getContext("2d");
+    ctx.font = FONT; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
     const bytes = Uint8Array.from(atob(p.shades || ""), c => c.charCodeAt(0));
     for (let r = 0; r < rows.length; r++) for (let c = 0; c < cols.length; c++) {
       const v = bytes[r * cols.length + c];
       const g = Math.round(240 - v * 0.94), b = Math.round(200 - v * 0.78);
       ctx.fillStyle = v === 255 ? "#ddd" : `rgb(${255 - Math.round(v * 0.4)},${g},${b})`;
-      ctx.fillRect(c * cw, r * ch, cw, ch);
+      ctx.fillRect(left + c * cw, r * ch, cw, ch);
+    }
+    ctx.fillStyle = "#333"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
+    if (left) for (let r = 0; r < rows.length; r++) ctx.fillText(String(rows[r]), left - 3, r * ch + ch / 2, left - 4);
+    ctx.textAlign = "left"; ctx.textBaseline = "top";
+    const every = Math.max(1, Math.ceil(40 / cw));  // a step label every 40 px or more
+    for (let c = 0; c < cols.length; c += every) {
+      ctx.fillRect(left + c * cw, rows.length * ch, 1, 3);
+      ctx.fillText(String(cols[c]), left + c * cw + 1, rows.length * ch + 3);
     }
     const sel = p.selected;
-    if (sel) { ctx.strokeStyle = "#1565c0"; ctx.lineWidth = 2; ctx.strokeRect(sel[1] * cw, sel[0] * ch, cw, ch); }
+    if (sel) {
+      ctx.strokeStyle = "#1565c0"; ctx.lineWidth = 2; ctx.strokeRect(left + sel[1] * cw, sel[0] * ch, cw, ch);
+    }
   }
   function at(e) {
     const p = model.get("payload"); const b = canvas.getBoundingClientRect();
-    const c = Math.floor((e.clientX - b.left) / (p.cell_w || 4));
+    const c = Math.floor((e.clientX - b.left - Number(canvas.dataset.left || 0)) / (p.cell_w || 4));
     const r = Math.floor((e.clientY - b.top) / (p.cell_h || 10));
     return (r >= 0 && r < p.rows.length && c >= 0 && c < p.cols.length) ? [r, c] : null;
   }
