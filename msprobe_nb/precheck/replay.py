@@ -131,6 +131,28 @@ def _leaf_at(args: list, kwargs: dict, path: str) -> Any:
     return obj
 
 
+def _add_outputs(rep: Replay, rows: list, rec: dict, device_out: dict | None, bench: dict, ref: dict | None,
+                 no_bench: str, no_device: str | None = None) -> None:
+    """One ``Output`` per tensor row: the device's values (recorded, else those run here), the bench's and the
+    reference kernel's, with a note where a side has none."""
+    for r in rows:
+        if r.kind != "tensor":
+            continue
+        path = str(r.arg)
+        o = Output(path, str(r.name), str(r.dtype), tuple(r.shape or ()))
+        dev = rec.get(path)
+        if dev is None and device_out is not None:
+            dev = device_out.get(path)
+        o.device, o.bench = as_array(dev), as_array(bench.get(path))
+        if ref is not None:
+            o.ref = as_array(ref.get(path))
+        if o.bench is None:
+            o.note = no_bench
+        elif o.device is None and no_device is not None:
+            o.note = no_device
+        rep.outputs.append(o)
+
+
 def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inputs, *,
                    bench_device: str, target: str | None, exact: bool, reference: bool,
                    recorded: Callable[[Any], torch.Tensor | None]) -> Replay:
@@ -156,22 +178,8 @@ def replay_forward(fn: Callable, op: str, inputs: list, outputs: list, ins: Inpu
             else:
                 device_out = _call(fn, args, kwargs, target, False)
     rep.approximate = rep.approximate or ins.generated
-    for r in outputs:
-        if r.kind != "tensor":
-            continue
-        path = str(r.arg)
-        o = Output(path, str(r.name), str(r.dtype), tuple(r.shape or ()))
-        dev = rec.get(path)
-        if dev is None and device_out is not None:
-            dev = device_out.get(path)
-        o.device, o.bench = as_array(dev), as_array(bench.get(path))
-        if ref_out is not None:
-            o.ref = as_array(ref_out.get(path))
-        if o.bench is None:
-            o.note = "the bench's call gives no tensor at this output"
-        elif o.device is None:
-            o.note = "no device values for this output"
-        rep.outputs.append(o)
+    _add_outputs(rep, outputs, rec, device_out, bench, ref_out, "the bench's call gives no tensor at this output",
+                 "no device values for this output")
     return rep
 
 
@@ -238,18 +246,5 @@ def replay_backward(fn: Callable, op: str, inputs: list, grad_in: list, grad_out
         device_out = ref if (target is None or str(target) == str(bench_device)) and ref is not None \
             else grads_on(target or bench_device, False)
     rep.approximate = rep.approximate or ins.generated
-    for r in grad_out:
-        if r.kind != "tensor":
-            continue
-        path = str(r.arg)
-        o = Output(path, str(r.name), str(r.dtype), tuple(r.shape or ()))
-        dev = rec.get(path)
-        if dev is None and device_out is not None:
-            dev = device_out.get(path)
-        o.device, o.bench = as_array(dev), as_array(bench.get(path))
-        if ref is not None:
-            o.ref = as_array(ref.get(path))
-        if o.bench is None:
-            o.note = "the bench's backward gives no gradient for this input"
-        rep.outputs.append(o)
+    _add_outputs(rep, grad_out, rec, device_out, bench, ref, "the bench's backward gives no gradient for this input")
     return rep

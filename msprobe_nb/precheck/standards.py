@@ -115,6 +115,17 @@ def _shape_ok(dev: np.ndarray, bench: np.ndarray, g: Grade) -> bool:
     return True
 
 
+def _finite_pairs(dev: np.ndarray, bench: np.ndarray, dtype: str, g: Grade,
+                  ) -> tuple[np.ndarray, np.ndarray, DtypeInfo] | None:
+    """What a numeric standard grades: the elements that are finite on both sides (NaN/inf positions are
+    checked on their own, into ``g``), and the dtype's limits; None when the shapes differ or nothing is left."""
+    if not _shape_ok(dev, bench, g):
+        return None
+    ok = _specials(dev, bench, g)
+    d, b = dev[ok], bench[ok]
+    return (d, b, dtype_info(dtype)) if d.size else None
+
+
 def binary(dev: np.ndarray, bench: np.ndarray, dtype: str = "") -> Grade:
     """Binary consistency: every element equal (NaN equals NaN)."""
     g = Grade("binary")
@@ -140,13 +151,10 @@ def ulp(dev: np.ndarray, bench: np.ndarray, dtype: str) -> Grade:
     """ULP error: elements over the dtype's limit (fp32 32 ULP, fp16/bf16 1 ULP) may be at most a small share
     (fp32 0.05 %, fp16/bf16 0.1 %)."""
     g = Grade("ulp")
-    if not _shape_ok(dev, bench, g):
+    got = _finite_pairs(dev, bench, dtype, g)
+    if got is None:
         return g
-    info = dtype_info(dtype)
-    ok = _specials(dev, bench, g)
-    d, b = dev[ok], bench[ok]
-    if not d.size:
-        return g
+    d, b, info = got
     err = np.abs(d - b) / _ulp_of(b, info)
     over = float(np.count_nonzero(err > info.ulp_limit)) / d.size
     g.metrics.update(max_ulp_err=float(err.max()), mean_ulp_err=float(err.mean()), ulp_err_ratio=over,
@@ -161,13 +169,10 @@ def absolute(dev: np.ndarray, bench: np.ndarray, dtype: str) -> Grade:
     """Absolute threshold: where |bench| is below the small-value threshold the absolute error must stay under
     ``small_atol``, elsewhere the relative error under ``rtol``; no element may exceed either."""
     g = Grade("absolute")
-    if not _shape_ok(dev, bench, g):
+    got = _finite_pairs(dev, bench, dtype, g)
+    if got is None:
         return g
-    info = dtype_info(dtype)
-    ok = _specials(dev, bench, g)
-    d, b = dev[ok], bench[ok]
-    if not d.size:
-        return g
+    d, b, info = got
     err = np.abs(d - b)
     small = np.abs(b) < info.small
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -190,13 +195,10 @@ def thousandths(dev: np.ndarray, bench: np.ndarray, dtype: str) -> Grade:
     """Thousandths ratios: the share of elements within the dtype's relative tolerance (fp16 0.1 %, bf16 0.4 %,
     fp32 0.01 %; small values measured against the small-value threshold) must reach the dtype's share."""
     g = Grade("thousandths")
-    if not _shape_ok(dev, bench, g):
+    got = _finite_pairs(dev, bench, dtype, g)
+    if got is None:
         return g
-    info = dtype_info(dtype)
-    ok = _specials(dev, bench, g)
-    d, b = dev[ok], bench[ok]
-    if not d.size:
-        return g
+    d, b, info = got
     tol, share = info.thousandths
     rel = np.abs(d - b) / np.maximum(np.abs(b), info.small)
     within = float(np.count_nonzero(rel <= tol)) / d.size
