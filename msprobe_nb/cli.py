@@ -100,11 +100,14 @@ def cmd_compare(a: argparse.Namespace) -> int:
         print(res.summary())
         if out is not None:
             print(f"wrote {out}")
-    if a.fail_on:
-        c = res.counts()
-        bad = c["error"] + (c["warning"] if a.fail_on == "warning" else 0)
-        return 1 if bad else 0
-    return 0
+    return _fail_code(res.counts(), a.fail_on)
+
+
+def _fail_code(counts: dict, fail_on: str | None) -> int:
+    """``--fail-on``: 1 when a row is graded ``fail_on`` or worse (``counts`` holds the error and warning rows)."""
+    if not fail_on:
+        return 0
+    return 1 if counts["error"] + (counts["warning"] if fail_on == "warning" else 0) else 0
 
 
 def _compare_on_dask(a: argparse.Namespace, npu: str, bench: str, options: dict, verbose: bool) -> int:
@@ -125,10 +128,7 @@ def _compare_on_dask(a: argparse.Namespace, npu: str, bench: str, options: dict,
         print(res.summary_text())
         if out is not None:
             print(f"wrote {out}")
-    if a.fail_on:
-        c = res.counts()
-        return 1 if c["error"] + (c["warning"] if a.fail_on == "warning" else 0) else 0
-    return 0
+    return _fail_code(res.counts(), a.fail_on)
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -188,8 +188,7 @@ def cmd_acc_check(a: argparse.Namespace) -> int:
             print(f"note: {note}")
         for r in pre.failures().itertuples(index=False):
             print(f"error {r.api} output {r.output}: {r.reasons}")
-    return 1 if a.fail_on and len(pre[pre["verdict"].isin(["error"] + (["warning"] if a.fail_on == "warning"
-                                                                        else []))]) else 0
+    return _fail_code(pre.counts(), a.fail_on)
 
 
 def cmd_acc_compare(a: argparse.Namespace) -> int:
