@@ -256,6 +256,13 @@ def _thresholds(th: Any) -> Thresholds:
 
 
 # --------------------------------------------------------------------------------------------- result
+def summary_text(head: str, notes: list[str], first: Any) -> str:
+    """A comparison's summary: its counts line, its notes, then its first divergence (or that there is none)."""
+    lines = [head, *(f"note: {n}" for n in notes)]
+    lines.append(str(first) if first is not None else "no divergence: every matched row agrees within tolerance")
+    return "\n".join(lines)
+
+
 class CompareResult(pd.DataFrame):
     """The compare table (a DataFrame) plus the context needed for divergence and export.
 
@@ -390,9 +397,5 @@ class CompareResult(pd.DataFrame):
     def summary(self) -> str:
         """A few lines: mode, counts, notes and the first divergence."""
         c = self.counts()
-        lines = [f"mode {self.mode}: {c['rows']} rows, {c['pass']} pass, {c['warning']} warning, "
-                 f"{c['error']} error, {c['unmatched']} unmatched"]
-        lines += [f"note: {n}" for n in self.notes]
-        d = self.first_divergence()
-        lines.append(str(d) if d is not None else "no divergence: every matched row agrees within tolerance")
-        return "\n".join(lines)
+        return summary_text(f"mode {self.mode}: {c['rows']} rows, {c['pass']} pass, {c['warning']} warning, "
+                            f"{c['error']} error, {c['unmatched']} unmatched", self.notes, self.first_divergence())

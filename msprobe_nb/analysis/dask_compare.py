@@ -204,13 +204,12 @@ class RankCompare:
 
     def summary_text(self) -> str:
         """A few lines: mode, counts, notes and the first divergence (as ``CompareResult.summary``)."""
+        from .compare import summary_text
+
         c = self.counts()
-        lines = [f"mode {self.mode}: {c['rows']} rows over {len(self.summary)} (step, rank) pairs, {c['pass']} pass, "
-                 f"{c['warning']} warning, {c['error']} error, {c['unmatched']} unmatched (compared on Dask)"]
-        lines += [f"note: {n}" for n in self.notes]
-        d = self.first_divergence()
-        lines.append(str(d) if d is not None else "no divergence: every matched row agrees within tolerance")
-        return "\n".join(lines)
+        return summary_text(f"mode {self.mode}: {c['rows']} rows over {len(self.summary)} (step, rank) pairs, "
+                            f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched']} "
+                            "unmatched (compared on Dask)", self.notes, self.first_divergence())
 
 
 def _pair_index(pairs: pd.DataFrame) -> dict[tuple[int, int], int]:
