@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
-    from msprobe_nb.capture._fused_stats import norms_at as _norms_at
-    from msprobe_nb.capture._fused_stats import stats_at as _fused_at
-except ImportError:  # built without a compiler (or an older build): torch's reductions give the same statistics
-    _fused_at = _norms_at = None
+    from msprobe_nb.capture import _fused_stats as _kernel
+except ImportError:  # built without a compiler: torch's reductions give the same statistics
+    _kernel = None
+_fused_at = getattr(_kernel, "stats_at", None)
+_norms_at = getattr(_kernel, "norms_at", None)  # None in a build older than the kernel's norms_at
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
