@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe_nb.capture.stats import norms_kernel
+from msprobe_nb.capture.stats import kernel_readable, norms_kernel
 
 __all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "gather", "histograms", "tensor_stats"]
 
@@ -67,11 +67,9 @@ def _cpu_norms(ts: Sequence[torch.Tensor], kernel: Any) -> torch.Tensor | None:
     """float32 L2 norms of contiguous float32 CPU tensors from the kit's C kernel, all in one call (torch's CPU
     ``_foreach_norm`` dispatches once per tensor, which a model's hundreds of parameters make most of its
     cost); None where a tensor is not such a tensor. NaN and inf propagate as torch's do."""
-    f32 = torch.float32
-    for t in ts:
-        if t.dtype is not f32 or not t.is_cpu or not t.is_contiguous() or t.is_neg():
-            return None
-    return torch.tensor(kernel([t.data_ptr() for t in ts], [t.numel() for t in ts]), dtype=f32)
+    if not all(map(kernel_readable, ts)):
+        return None
+    return torch.tensor(kernel([t.data_ptr() for t in ts], [t.numel() for t in ts]), dtype=torch.float32)
 
 
 def _norms(ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:

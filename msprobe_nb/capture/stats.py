@@ -50,10 +50,16 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
     return t, torch.float64  # integers: exact min/max, mean and norm in float64
 
 
+def kernel_readable(t: torch.Tensor) -> bool:
+    """Whether the C kernels may read ``t`` at ``data_ptr()`` as plain float32 values: float32, on the CPU,
+    contiguous (not a transpose) and not a negative view."""
+    return t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.is_neg()
+
+
 def norms_kernel() -> Any:
     """The C kernel ``norms_at(addresses, counts) -> [norm, ...]``: the float32 L2 norm of each run of float32
-    values at contiguous CPU tensors' ``data_ptr()`` (the caller checks dtype, device, contiguity and the
-    negative bit, and holds the tensors), in one call; None where the extension was not built."""
+    values at tensors' ``data_ptr()`` (the caller checks ``kernel_readable`` and holds the tensors), in one call;
+    None where the extension was not built."""
     return _norms_at
 
 
@@ -62,7 +68,7 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     does not apply: no kernel, not contiguous (a transpose), a negative view, or a NaN or inf in it (torch's
     path then also counts them). The kernel reads the tensor's memory at ``data_ptr()``, so every condition
     that makes that address hold ``n`` plain float32 values is checked here."""
-    if _fused_at is None or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous() or t.is_neg():
+    if _fused_at is None or not kernel_readable(t):
         return None
     mx, mn, s, norm = _fused_at(t.data_ptr(), n)
     if not (math.isfinite(mx) and math.isfinite(mn)):
