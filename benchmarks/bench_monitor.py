@@ -1,10 +1,13 @@
 """The training monitor's cost on the large benchmark model (benchmarks/models.py): step time and bytes per step.
 
-In one process, on one CPU thread, short blocks of plain training steps alternate with blocks of monitored
-steps (a fresh ``Monitor`` per block, closed after it, so its hooks are gone for the next plain block). Each
-pair of blocks gives a ratio (median monitored step over median plain step, in CPU time of this process,
-which other processes on a shared machine disturb far less than wall time; the wall-time ratio is printed
-too); a configuration's ratio is the median over its pairs, shown with their range.
+In one process, on one CPU thread, two copies of the workload built from the same seed (same weights, same
+batches) take turns: a plain step of one, a monitored step of the other (the order swapped every pair). Each
+pair gives a ratio (the monitored step's CPU time of this process over the plain step's; CPU time, which other
+processes on a shared machine disturb far less than wall time; the wall-time ratio is printed too). Two steps
+that follow each other see the same state of the machine, whose speed drifts by 10-30 % over seconds: pairs
+of adjacent steps cancel that drift where blocks of steps a second apart did not. A configuration's ratio is
+the median over its pairs, shown with its interquartile range; each configuration gets a fresh ``Monitor``,
+closed after its pairs.
 Configurations and their targets (issue 18):
 
 * ``norms``: gradient and weight norms of every parameter (``stats=("norm",)``): at most 1.03x;
@@ -17,7 +20,7 @@ The alert rules run as they do by default (their lines are not printed here: ran
 gradient norms of a fresh model jump). Bytes written per step are the bytes of the record's committed tables
 per step (the file adds a fixed header and the unused end of its last chunks). Run:
 
-    python benchmarks/bench_monitor.py [--size large] [--blocks 10] [--steps 4] [--warmup 5]
+    python benchmarks/bench_monitor.py [--size large] [--pairs 40] [--warmup 5]
 """
 from __future__ import annotations
 
@@ -47,17 +50,13 @@ CONFIGS = {
 }
 
 
-def _time_steps(work: models.Workload, n: int, mon=None) -> tuple[list[float], list[float]]:
-    """(CPU seconds, wall seconds) of each of ``n`` training steps (with ``mon.step`` when monitored)."""
-    cpu, wall = [], []
-    for _ in range(n):
-        w0, c0 = time.perf_counter(), time.process_time()
-        loss = work.step()
-        if mon is not None:
-            mon.step(loss=loss)
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - w0)
-    return cpu, wall
+def _time_step(work: models.Workload, mon=None) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one training step (with ``mon.step`` when monitored)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    loss = work.step()
+    if mon is not None:
+        mon.step(loss=loss)
+    return time.process_time() - c0, time.perf_counter() - w0
 
 
 def _record_bytes(path: str) -> float:
@@ -71,41 +70,50 @@ def _record_bytes(path: str) -> float:
     return data / max(n, 1)
 
 
-def run(size: str | int = "large", blocks: int = 10, steps: int = 4, warmup: int = 5,
-        root: str | None = None, configs: dict | None = None) -> dict[str, dict]:
-    """{config: {"ratio", "low", "high", "target", "with_ms", "base_ms", "bytes_per_step"}} measured here."""
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 4:
+        return min(xs), max(xs)
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
+def run(size: str | int = "large", pairs: int = 40, warmup: int = 5, root: str | None = None,
+        configs: dict | None = None) -> dict[str, dict]:
+    """{config: {"ratio", "low", "high", "wall_ratio", "target", "with_ms", "base_ms", "bytes_per_step"}}
+    measured here (``low``-``high``: the pairs' interquartile range)."""
     import msprobe_nb as mp
 
     configs = CONFIGS if configs is None else configs
-    work = models.build(size)
+    plain, watched = models.build(size), models.build(size)
     own = root is None
     root = tempfile.mkdtemp(prefix="bench_monitor_") if own else root
     try:
-        _time_steps(work, warmup)
-        res = {name: {"with": [], "base": [], "bytes": [], "ratios": [], "wall": []} for name in configs}
-        for b in range(blocks):
-            for name, (opts, _) in configs.items():
-                base, base_wall = _time_steps(work, steps)
-                path = os.path.join(root, f"{name}_{b}")
-                with contextlib.redirect_stdout(io.StringIO()):  # alerts are checked (the default), not shown
-                    mon = mp.Monitor(work.model, work.optimizer, dump_path=path, **opts)
-                    _time_steps(work, 1, mon)  # its first step allocates the file's tables
-                    with_, with_wall = _time_steps(work, steps, mon)
-                    mon.close()
-                res[name]["base"] += base
-                res[name]["with"] += with_
-                res[name]["ratios"].append(statistics.median(with_) / statistics.median(base))
-                res[name]["wall"].append(statistics.median(with_wall) / statistics.median(base_wall))
-                res[name]["bytes"].append(_record_bytes(path))
-                shutil.rmtree(path, ignore_errors=True)
+        for _ in range(warmup):
+            _time_step(plain)
+            _time_step(watched)
         out = {}
-        for name, (_, target) in configs.items():
-            w, bse, ratios = statistics.median(res[name]["with"]), statistics.median(res[name]["base"]), \
-                res[name]["ratios"]
-            out[name] = {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                         "wall_ratio": statistics.median(res[name]["wall"]),
-                         "target": target, "with_ms": w * 1e3, "base_ms": bse * 1e3,
-                         "bytes_per_step": statistics.median(res[name]["bytes"])}
+        for name, (opts, target) in configs.items():
+            path = os.path.join(root, name)
+            base, with_, ratios, walls = [], [], [], []
+            with contextlib.redirect_stdout(io.StringIO()):  # alerts are checked (the default), not shown
+                mon = mp.Monitor(watched.model, watched.optimizer, dump_path=path, **opts)
+                _time_step(watched, mon)  # its first step allocates the file's tables
+                for i in range(pairs):
+                    if i % 2:
+                        (c1, w1), (c0, w0) = _time_step(watched, mon), _time_step(plain)
+                    else:
+                        (c0, w0), (c1, w1) = _time_step(plain), _time_step(watched, mon)
+                    base.append(c0)
+                    with_.append(c1)
+                    ratios.append(c1 / c0)
+                    walls.append(w1 / w0)
+                mon.close()
+            low, high = _quartiles(ratios)
+            out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high,
+                         "wall_ratio": statistics.median(walls), "target": target,
+                         "with_ms": statistics.median(with_) * 1e3, "base_ms": statistics.median(base) * 1e3,
+                         "bytes_per_step": _record_bytes(path)}
+            shutil.rmtree(path, ignore_errors=True)
         return out
     finally:
         if own:
@@ -114,7 +122,7 @@ def run(size: str | int = "large", blocks: int = 10, steps: int = 4, warmup: int
 
 def report(results: dict[str, dict]) -> tuple[str, list[str]]:
     """The table printed, and a line per missed target."""
-    lines = [f"{'config':<24} {'plain ms':>9} {'with ms':>9} {'ratio':>7} {'range':>13} {'wall':>7} {'target':>7} "
+    lines = [f"{'config':<24} {'plain ms':>9} {'with ms':>9} {'ratio':>7} {'IQR':>13} {'wall':>7} {'target':>7} "
              f"{'bytes/step':>11}  verdict"]
     missed = []
     for name, r in results.items():
@@ -136,17 +144,16 @@ def report(results: dict[str, dict]) -> tuple[str, list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="large", help="'small', 'large' or a number of layers")
-    ap.add_argument("--blocks", type=int, default=10, help="plain / monitored block pairs per configuration")
-    ap.add_argument("--steps", type=int, default=4, help="steps per block")
+    ap.add_argument("--pairs", type=int, default=40, help="plain / monitored step pairs per configuration")
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
     size = int(args.size) if args.size.isdigit() else args.size
     work = models.build(size)
     n_params = sum(1 for _ in work.model.parameters())
     n_modules = sum(1 for _ in work.model.modules())
-    print(f"model {size}: {n_params} parameters, {n_modules} modules; {args.blocks} pairs of {args.steps}-step "
-          "blocks (plain, monitored) per configuration, one thread", flush=True)
-    text, missed = report(run(size, args.blocks, args.steps, args.warmup))
+    print(f"model {size}: {n_params} parameters, {n_modules} modules; {args.pairs} pairs of steps (plain, "
+          "monitored: two copies of the workload) per configuration, one thread", flush=True)
+    text, missed = report(run(size, args.pairs, args.warmup))
     print(text)
     print("missed: " + ("; ".join(missed) if missed else "none"))
 

@@ -10,7 +10,7 @@ bench = pytest.importorskip("bench_monitor")
 
 
 def test_the_benchmark_runs_on_a_tiny_model_and_reports_every_configuration(tmp_path):
-    results = bench.run(size=1, blocks=1, steps=2, warmup=1, root=str(tmp_path))
+    results = bench.run(size=1, pairs=2, warmup=1, root=str(tmp_path))
     assert set(results) == set(bench.CONFIGS)
     for r in results.values():
         assert r["ratio"] > 0 and r["base_ms"] > 0 and r["bytes_per_step"] > 0
