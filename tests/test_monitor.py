@@ -358,3 +358,50 @@ def test_norms_match_torchs_on_either_path(monkeypatch, kernel):
         got = monitor_stats.tensor_stats(ts, ("norm",))[0][:, 0]
         want = torch.stack([t.norm() for t in ts])
         assert torch.allclose(got, want, rtol=1e-6, equal_nan=True), (got, want)
+
+
+class Odd(nn.Module):
+    """A layer no step uses (no gradient) and a frozen one beside the used ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused, self.used, self.frozen = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 6)  # unused first
+        self.frozen.requires_grad_(False)
+
+    def forward(self, x):
+        return self.frozen(self.used(x))
+
+
+@pytest.mark.parametrize("stats", [("norm",), ("norm", "max")], ids=["norms only", "norms and max"])
+def test_parameter_rows_are_torchs_norms_whatever_the_gradients_layout(tmp_path, stats):
+    """Norms alone take the C kernel's one-call path, other aggregates the general one; either way each row is
+    its own tensor's norm: a parameter without a gradient has a weight row only, a frozen one no row, a
+    transposed gradient (not contiguous) and a negative view (the C kernel reads its memory) are read right."""
+    torch.manual_seed(0)
+    model = Odd()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(5, 6)
+    want = []
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "m"), stats=stats, alerts=False) as mon:
+        for step in range(3):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            if step == 1:
+                w = model.used.weight
+                w.grad = w.grad.t().contiguous().t()  # same values, transposed strides
+            if step == 2:
+                model.used.bias.grad = torch._neg_view(-model.used.bias.grad)  # same values, negative bit
+            grads = {n: p.grad.norm().item() for n, p in model.named_parameters() if p.grad is not None}
+            opt.step()
+            want.append((grads, {n: p.norm().item() for n, p in model.named_parameters() if p.requires_grad}))
+            mon.step()
+    st = mp.load_monitor(tmp_path / "m").stats
+    for step, (grads, weights) in enumerate(want):
+        at = st[st["step"] == step]
+        got = {k: dict(zip(g["name"], g["norm"], strict=True)) for k, g in at.groupby("kind")}
+        assert set(got["grad"]) == {"used.weight", "used.bias"}
+        assert set(got["weight"]) == {"used.weight", "used.bias", "unused.weight", "unused.bias"}
+        for n, v in grads.items():
+            assert got["grad"][n] == pytest.approx(v, rel=1e-6), (step, n)
+        for n, v in weights.items():
+            assert got["weight"][n] == pytest.approx(v, rel=1e-6), (step, n)

@@ -40,6 +40,20 @@ def test_the_record_is_readable_while_it_is_written(tmp_path):
     assert not (tmp_path / "live" / "monitor_rank0.lock").exists()
 
 
+def test_a_step_with_the_last_step_s_names_but_other_kinds_keeps_its_kinds(tmp_path):
+    """The writer reuses the last step's name and kind ids when they repeat; kinds that changed under the same
+    names are written as they are."""
+    w = MonitorWriter(tmp_path / "k", 0, COLUMNS)
+    names = ["a.weight", "a.weight"]
+    w.write_step(0, names, ["grad", "weight"], np.ones((2, 2)), {})
+    w.write_step(1, names, ["weight", "exp_avg"], np.ones((2, 2)), {})
+    w.write_step(2, list(names), ["weight", "exp_avg"], np.ones((2, 2)), {})
+    w.close()
+    st = mp.load_monitor(tmp_path / "k").stats
+    assert st.groupby("step")["kind"].apply(list).to_dict() == {
+        0: ["grad", "weight"], 1: ["weight", "exp_avg"], 2: ["weight", "exp_avg"]}
+
+
 def test_a_step_cut_short_is_never_read_and_the_next_one_is(tmp_path, monkeypatch):
     w = MonitorWriter(tmp_path / "cut", 0, COLUMNS)
     _step(w, 0)

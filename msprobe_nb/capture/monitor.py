@@ -22,7 +22,18 @@ import numpy as np
 import torch
 
 from .monitor_alerts import DIRECTION_DROP, DIRECTION_MIN_NUMEL, MIN_HISTORY, SPIKE, AlertRules
-from .monitor_stats import COUNT_STATS, FLOAT_STATS, STATS, SignHistory, SignPacker, gather, histograms, tensor_stats
+from .monitor_stats import (
+    COUNT_STATS,
+    FLOAT_STATS,
+    STATS,
+    SignHistory,
+    SignPacker,
+    cpu_norm_runs,
+    cpu_norms,
+    gather,
+    histograms,
+    tensor_stats,
+)
 
 __all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
 
@@ -102,12 +113,14 @@ class MonitorHooks:
         if bad or "norm" not in stats:
             raise ValueError(f"Monitor: stats must include 'norm' and be among {', '.join(STATS)}; got {list(stats)}")
         self.stats = [s for s in STATS if s in stats]
+        self._norms_only = self.stats == ["norm"]
         inner = model.module if type(model).__name__ in _WRAPPERS and hasattr(model, "module") else model
         self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
         self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
         self._weights = [(n, p) for n, p in self._params if p.numel()]
         self._layouts: dict[Any, list] = {}
+        self._names: dict[tuple | None, list[str]] = {}  # positions of the parameters present -> their names
         self._want = {"weight": weights, "grad": grads, "opt": optimizer_state and optimizer is not None}
         self._bounds = None if histogram is None else torch.as_tensor(sorted(float(b) for b in histogram))
         self._signs = SignPacker() if signs else None
@@ -247,27 +260,63 @@ class MonitorHooks:
         """The layout key of parameter-shaped tensors: which parameters, their sizes, dtypes and devices."""
         return (kind, present, tuple(t.numel() for t in ts), frozenset((t.dtype, t.device) for t in ts))
 
+    def _aggregate_params(self, kind: str, present: tuple | None, ts: list[torch.Tensor], signs: bool = False,
+                          hist: bool = False, runs: tuple | None = None) -> None:
+        """Queue the rows of parameter-shaped tensors ``ts`` (of the watched parameters at positions
+        ``present``, None: all). Norms alone of float32 CPU tensors (the default on a CPU) go straight to the C
+        kernel in one call, with no layout key built: at a model's hundreds of parameters the Python per tensor,
+        not the arithmetic, is what a step pays for. Everything else goes through ``_aggregate``. ``runs``: the
+        kernel's arguments if the caller has them already."""
+        if runs is None and self._norms_only and ts[0].is_cpu:
+            runs = cpu_norm_runs(ts)
+        if runs is None:
+            items = [(self._params[i][0], t) for i, t in zip(present, ts)] if present is not None else \
+                [(n, t) for (n, _), t in zip(self._params, ts)]
+            key = self._layout(kind, ts, present if present is not None else ())
+            self._aggregate(kind, items, signs=signs, hist=hist, replace=True, layout=key)
+            return
+        names = self._names.get(present)
+        if names is None:
+            names = [n for n, _ in self._params] if present is None else [self._params[i][0] for i in present]
+            if len(self._names) > 64:
+                self._names.clear()
+            self._names[present] = names
+        extra = {"numel": np.array(runs[1], np.int64)}
+        if signs and self._signs is not None:
+            extra["signs"] = self._signs.pack(ts)
+        if hist and self._bounds is not None:
+            extra["hist"] = histograms(ts, self._bounds)
+        self._pending[kind] = [(names, cpu_norms(runs).reshape(-1, 1), None, extra)]
+
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        items, present = [], []
-        for i, (name, p) in enumerate(self._params):
+        ts, present = [], []
+        add, at = ts.append, present.append
+        for i, (_, p) in enumerate(self._params):
             g = getattr(p, "main_grad", None)
-            g = p.grad if g is None else g
-            if g is not None and g.numel():
-                items.append((name, g))  # read under no_grad: no detach (a call per parameter) needed
-                present.append(i)
-        if items:
-            key = self._layout("grad", [g for _, g in items], tuple(present))
-            self._aggregate("grad", items, signs=True, hist=True, replace=True, layout=key)
+            if g is None:
+                g = p.grad
+            if g is not None:
+                add(g)  # read under no_grad: no detach (a call per parameter) needed
+                at(i)
+        runs = cpu_norm_runs(ts) if ts and self._norms_only and ts[0].is_cpu else None
+        if runs is None and ts:  # the general path leaves out empty gradients (an empty tensor has no min)
+            kept = [k for k, g in enumerate(ts) if g.numel()]
+            if len(kept) != len(ts):
+                ts, present = [ts[k] for k in kept], [present[k] for k in kept]
+        if ts:
+            every = len(ts) == len(self._params)
+            self._aggregate_params("grad", None if every else tuple(present), ts, signs=True, hist=True, runs=runs)
         self._grads_read = True
 
     def _read_weights(self) -> None:
-        if self._want["weight"]:
+        if self._want["weight"] and self._weights:
             items = self._weights
-            if items:
-                key = self._layout("weight", [p for _, p in items], ())
-                self._aggregate("weight", items, replace=True, layout=key)
+            if len(items) == len(self._params):
+                self._aggregate_params("weight", None, [p for _, p in items])
+            else:
+                self._aggregate("weight", items, replace=True, layout=self._layout("weight", [p for _, p in items], ()))
         self._weights_read = True
 
     def _read_optimizer_state(self) -> None:

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe_nb.capture.stats import kernel_readable, norms_kernel
+from msprobe_nb.capture.stats import norms_kernel
 
-__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "gather", "histograms", "tensor_stats"]
+__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms", "gather",
+           "histograms", "tensor_stats"]
 
 #: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
 FLOAT_STATS = ("norm", "min", "max", "mean")
@@ -63,24 +64,40 @@ def _norm_plan(ts: Sequence[torch.Tensor], layout: Any = None,
     return plan
 
 
-def _cpu_norms(ts: Sequence[torch.Tensor], kernel: Any) -> torch.Tensor | None:
-    """float32 L2 norms of contiguous float32 CPU tensors from the kit's C kernel, all in one call (torch's CPU
-    ``_foreach_norm`` dispatches once per tensor, which a model's hundreds of parameters make most of its
-    cost); None where a tensor is not such a tensor. NaN and inf propagate as torch's do."""
-    if not all(map(kernel_readable, ts)):
+_F32 = torch.float32
+
+
+def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | None:
+    """(addresses, counts) of the tensors' values for :func:`cpu_norms`, or None unless every tensor is a
+    non-empty contiguous float32 CPU tensor and the C kernel is built. One loop over the tensors, since each tensor
+    attribute read costs as much as the kernel's work on a small parameter. A negative view (``is_neg``) is
+    allowed: its memory holds the values' negations, which have the same norm."""
+    if norms_kernel() is None:
         return None
-    return torch.tensor(kernel([t.data_ptr() for t in ts], [t.numel() for t in ts]), dtype=torch.float32)
+    addresses, counts = [], []
+    add, count = addresses.append, counts.append
+    for t in ts:
+        if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
+            return None
+        add(t.data_ptr())
+        count(t.numel())
+    return (addresses, counts) if all(counts) else None
+
+
+def cpu_norms(runs: tuple[list[int], list[int]]) -> torch.Tensor:
+    """float32 L2 norms (NaN and inf propagate as torch's do) of the runs :func:`cpu_norm_runs` gave, from the
+    kit's C kernel in one call (torch's CPU ``_foreach_norm`` dispatches once per tensor, which a model's
+    hundreds of parameters make most of its cost). The caller holds the tensors meanwhile."""
+    return torch.tensor(norms_kernel()(*runs), dtype=torch.float32)
 
 
 def _norms(ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:
     """float32 L2 norm of each tensor (one device): the C kernel for float32 CPU tensors where it is built;
     else a fused ``_foreach_norm`` over the large ones and one stacked reduction per group of small ones of one
     shape and dtype."""
-    kernel = norms_kernel()
-    if kernel is not None and ts[0].is_cpu:
-        got = _cpu_norms(ts, kernel)
-        if got is not None:
-            return got
+    runs = cpu_norm_runs(ts) if ts[0].is_cpu else None
+    if runs is not None:
+        return cpu_norms(runs)
     single, stacked, perm, fp32 = _norm_plan(ts, layout)
     parts = []
     if single:
@@ -225,14 +242,19 @@ class SignHistory:
 
 
 def gather(parts: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    """The host copies of ``parts`` (contiguous tensors of any dtype and device), in order, made with one
-    device-to-host copy per device: each part is viewed as bytes and the bytes concatenated before the copy."""
+    """The host copies of ``parts`` (contiguous tensors of any dtype numpy has, on any device), in order, made
+    with one device-to-host copy per accelerator: each part is viewed as bytes and the bytes concatenated
+    before the copy. CPU parts are copied one by one (no transfer to batch)."""
     out: list[np.ndarray | None] = [None] * len(parts)
     by_device: dict[torch.device, list[int]] = {}
     for i, p in enumerate(parts):
         by_device.setdefault(p.device, []).append(i)
     with torch.no_grad():
-        for idx in by_device.values():
+        for device, idx in by_device.items():
+            if device.type == "cpu":  # already on the host: a copy each (a part may be a view of the caller's)
+                for i in idx:
+                    out[i] = parts[i].numpy().copy()
+                continue
             flats = [parts[i].contiguous().reshape(-1).view(torch.uint8) for i in idx]
             # a lone CPU part would come back as a view of the caller's tensor: copy it
             host = torch.cat(flats).cpu().numpy() if len(flats) > 1 else flats[0].cpu().numpy().copy()

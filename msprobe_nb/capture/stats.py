@@ -58,8 +58,8 @@ def kernel_readable(t: torch.Tensor) -> bool:
 
 def norms_kernel() -> Any:
     """The C kernel ``norms_at(addresses, counts) -> [norm, ...]``: the float32 L2 norm of each run of float32
-    values at tensors' ``data_ptr()`` (the caller checks ``kernel_readable`` and holds the tensors), in one call;
-    None where the extension was not built."""
+    values at tensors' ``data_ptr()`` (the caller checks they are contiguous float32 CPU tensors and holds
+    them), in one call; None where the extension was not built."""
     return _norms_at
 
 

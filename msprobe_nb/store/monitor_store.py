@@ -147,7 +147,7 @@ class MonitorWriter:
         self._names: dict[str, int] = {}
         self._kind = {k: i for i, k in enumerate(KINDS)}
         self._len = dict.fromkeys(_TABLES, 0)
-        self._last: tuple[list, np.ndarray] | None = None  # (names, ids) of the last step: most steps repeat them
+        self._last: tuple | None = None  # (names, ids, kinds, ids) of the last step: most steps repeat them
         self._index_rows = self._index_alloc = self._commits = 0
         self.steps_written = 0
 
@@ -219,9 +219,13 @@ class MonitorWriter:
             name_ids = last[1]
         else:
             name_ids = np.fromiter((intern(n) for n in names), np.float64, len(names))
+        if last is not None and last[2] == kinds:
+            kind_ids = last[3]
+        else:
+            kind_ids = np.fromiter((self._kind[k] for k in kinds), np.float64, len(kinds))
         rows = np.empty((len(names), 2 + len(self.columns)))
         rows[:, 0] = name_ids
-        rows[:, 1] = np.fromiter((self._kind[k] for k in kinds), np.float64, len(kinds))
+        rows[:, 1] = kind_ids
         rows[:, 2:] = values
         sc = np.empty((len(scalars), 2))
         sc[:, 0] = np.fromiter((intern(n) for n in scalars), np.float64, len(scalars))
@@ -254,7 +258,7 @@ class MonitorWriter:
             raise
         self._commits += 1
         self._len.update(self._pending)
-        self._last = (list(names), name_ids)
+        self._last = (list(names), name_ids, list(kinds), kind_ids)
         self.steps_written += 1
 
     def _reserve_index(self) -> None:
