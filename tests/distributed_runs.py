@@ -1,7 +1,8 @@
 """Multi-rank runs on gloo (CPU) for the distributed tests, and dumps other tests can reuse.
 
 ``run_ranks(world, scenarios, root)`` starts ``world`` processes once (one process group) and runs the
-named scenarios in order on every rank; each writes under ``root/<scenario>/``. Reusable dumps:
+named scenarios in order on every rank; each writes under ``root/<scenario>/`` (``monitor_ddp``: a DDP run
+with gradient accumulation under ``Monitor``, and without it). Reusable dumps:
 
 * :func:`planted_change` -- two L1 runs of a 2-rank data-parallel step (gradients all-reduced by hand),
   identical except that rank 1 scales its batch at step 1: the runs first part on rank 1, step 1, at
@@ -154,6 +155,40 @@ def _ddp(rank: int, world: int, out: Path, levels: tuple = (None, "L1", "mix")) 
     torch.save(runs, out / f"ddp{rank}.pt")
 
 
+def _monitor_ddp(rank: int, world: int, out: Path) -> None:
+    """Two DDP steps of two micro-batches each (the first under ``no_sync``), each rank on its own data, run
+    without and with ``Monitor``: losses, gradients and parameters for the bitwise check, and the norms of
+    the gradients the optimizer got (all-reduced, so alike on every rank) for the record."""
+    import contextlib
+
+    import msprobe_nb
+    runs = {}
+    for watched in ("off", "on"):
+        model = torch.nn.parallel.DistributedDataParallel(_tiny_model(), bucket_cap_mb=1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(100 + rank)
+        mon = msprobe_nb.Monitor(model, opt, dump_path=str(out / "mon"), alerts=False) if watched == "on" else None
+        losses, norms = [], []
+        for _ in range(2):
+            opt.zero_grad()
+            for micro in range(2):
+                x = torch.randn(4, 6, generator=gen)
+                y = torch.randint(0, 3, (4,), generator=gen)
+                with model.no_sync() if micro == 0 else contextlib.nullcontext():
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    loss.backward()
+            norms.append({n: p.grad.norm().item() for n, p in model.module.named_parameters()})
+            opt.step()
+            if mon is not None:
+                mon.step(loss=loss)
+            losses.append(loss.detach().clone())
+        if mon is not None:
+            mon.close()
+        runs[watched] = {"losses": losses, "grads": [p.grad.clone() for p in model.parameters()],
+                         "params": [p.detach().clone() for p in model.parameters()], "norms": norms}
+    torch.save(runs, out / f"monitor{rank}.pt")
+
+
 def _overflow_check(rank: int, world: int, out: Path) -> None:
     """The overflow_check task: rank 1 overflows at step 1 and all-reduces it; steps 0 and 2 are clean."""
     import msprobe_nb
@@ -215,5 +250,5 @@ def _planted_overflow(rank: int, world: int, out: Path) -> None:
         torch.sum(h)
 
 
-SCENARIOS = {f.__name__[1:]: f for f in (_collectives, _ddp, _overflow_check, _planted_change,
+SCENARIOS = {f.__name__[1:]: f for f in (_collectives, _ddp, _monitor_ddp, _overflow_check, _planted_change,
                                          _planted_overflow)}

@@ -6,7 +6,8 @@ opens one served notebook per viewer and checks what a user sees and what a clic
 * ``AccCheckViewer``: the pre-check grid lists every graded output; a click on a row turns the detail to
   that API;
 * ``MonitorViewer``: the heat map (layer x step) draws the planted cell darker than the agreeing steps, the
-  curves render; a click on a heat map cell opens that step and layer's numbers of both runs;
+  curves render; a click on a heat map cell opens that step and layer's numbers of both runs; a click on the
+  planted anomaly in the list turns the heat map back to the gradients and opens that step and layer;
 * ``CompareViewer`` on msprobe's real two-rank dumps: the Ranks tab draws a rank x step grid of verdicts; a
   click on a cell brings the Table back filtered to that rank's calls of that step.
 
@@ -182,6 +183,22 @@ def _check_monitor(page, shots: list[Path]) -> None:
         runs = sorted({t.split("\t")[0].strip() for t in table.all_inner_texts()})
         assert runs == ["a", "b"], table.all_inner_texts()
     _shoot(out, shots, "monitor_viewer_cell.png")
+
+    # the anomaly list: the planted gradient is run a's spike at step 12. With the heat map turned to the
+    # weights, a click on that anomaly turns it back to the gradients and opens that step and layer
+    kind = out.locator(".widget-dropdown", has_text="kind").locator("select")
+    kind.select_option("weight")
+    page.wait_for_function("s => s.value !== undefined && s.selectedOptions[0].text === 'weight'",
+                           arg=kind.element_handle(), timeout=10_000)
+    option = out.locator(".widget-select select option", has_text=f"a: step {PLANT}, rank 0: grad of 2.weight spiked")
+    assert option.count() == 1, out.locator(".widget-select select").inner_text()[:600]
+    option.click()
+    numbers = out.locator(".widget-html", has_text=f"step {PLANT}, 2.weight").first
+    numbers.wait_for(state="visible", timeout=30_000)
+    page.wait_for_function("s => s.selectedOptions[0].text === 'grad'", arg=kind.element_handle(), timeout=30_000)
+    page.wait_for_function(f"c => {{ const p = ({_PIXEL})(c, [2, {PLANT}]); return p[0] + p[1] + p[2] < 495; }}",
+                           arg=canvas.element_handle(), timeout=30_000)  # the gradients' planted cell again
+    _shoot(out, shots, "monitor_viewer_anomaly.png")
 
 
 def test_monitor_viewer_heat_map_cell_opens_its_numbers(tmp_path):

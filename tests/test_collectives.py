@@ -26,7 +26,8 @@ needs_gloo = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_availa
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    return runs.run_ranks(2, ["collectives", "ddp", "overflow_check", "planted_change", "planted_overflow"],
+    return runs.run_ranks(2, ["collectives", "ddp", "monitor_ddp", "overflow_check", "planted_change",
+                              "planted_overflow"],
                           tmp_path_factory.mktemp("two_ranks"))
 
 
@@ -137,6 +138,31 @@ def test_ddp_bucket_all_reduce_is_not_seen_at_l1_or_mix(two):
     assert not (calls["family"] == "Distributed").any()
     grads = calls[calls["name"] == "Module.module.0.Linear.parameters_grad.0.weight"].set_index(["step", "rank"])
     assert grads.loc[(0, 0), "norm"] != grads.loc[(0, 1), "norm"]
+
+
+@needs_gloo
+def test_the_monitor_on_ddp_ranks_is_bitwise_neutral_and_reads_the_all_reduced_gradients(two):
+    """Two ranks, gradient accumulation with ``no_sync``: each rank's file holds the gradients the optimizer
+    got (after DDP's all-reduce: alike on both ranks, though each rank had its own data), two micro-batches a
+    step, and the losses, gradients and parameters are bitwise those of the run without the monitor."""
+    import msprobe_nb as mp
+
+    folder = two / "monitor_ddp"
+    got = [torch.load(folder / f"monitor{rank}.pt") for rank in range(2)]
+    for rank, r in enumerate(got):
+        for key in ("losses", "grads", "params"):
+            assert all(torch.equal(a, b) for a, b in zip(r["off"][key], r["on"][key], strict=True)), (rank, key)
+    m = mp.load_monitor(folder / "mon")
+    assert sorted(m.meta) == [0, 1]
+    grads = m.stats[m.stats["kind"] == "grad"].set_index(["rank", "step", "name"])["norm"]
+    for rank, r in enumerate(got):
+        for step, norms in enumerate(r["on"]["norms"]):
+            for name, norm in norms.items():
+                assert grads[(rank, step, name)] == pytest.approx(norm, rel=1e-6), (rank, step, name)
+    assert grads.xs(0, level="rank").equals(grads.xs(1, level="rank"))  # all-reduced: the same on both ranks
+    assert got[0]["on"]["losses"][0] != got[1]["on"]["losses"][0]  # while each rank's data differed
+    micro = m.scalars["micro_batches"]
+    assert len(micro) == 4 and (micro == 2).all()
 
 
 @needs_gloo

@@ -87,6 +87,28 @@ def test_the_widgets_build_and_a_canvas_click_opens_the_cell(runs):
     assert one.state["value"] == "norm" and not one.heatmap().empty and one.widget() is not None
 
 
+def test_an_anomaly_opens_its_kind_step_and_layer(runs):
+    """The planted gradient is an anomaly of run a; opening it (a click in the list) turns the heat map to its
+    kind and opens its step and layer's numbers, both runs'; the widget's list does the same."""
+    v = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"), kind="act")
+    a = v.anomalies()
+    i = next(i for i, r in enumerate(a.itertuples()) if r.run == "a" and r.step == PLANT and r.name == "2.weight")
+    numbers = v.open_anomaly(i)
+    assert v.state["kind"] == "grad" and v.state["selected"] == (PLANT, "2.weight")
+    grad = numbers.loc[numbers["kind"] == "grad"].set_index("run")
+    assert grad.loc["a", "norm"] == pytest.approx(3 * grad.loc["b", "norm"])
+    with pytest.raises(IndexError, match="out of range"):
+        v.open_anomaly(len(a))
+    pytest.importorskip("ipywidgets", reason="ipywidgets is not installed")
+    w = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"), kind="act")
+    w.widget()
+    labels = [label for label, _ in w._anoms.options]
+    assert len(labels) == len(a) and labels[i].startswith(f"a: step {PLANT}, rank 0: grad of 2.weight spiked")
+    w._anoms.value = i  # as a click on it in the browser sets it
+    assert w.state["kind"] == "grad" and w._w_kind.value == "grad" and f"step {PLANT}, 2.weight" in w._numbers.value
+    assert w._anoms.value == i  # still shown as the one opened
+
+
 def test_the_figures_mark_the_divergence(runs):
     g = mp.compare_monitors(runs / "a", runs / "b")
     fig = MP.curves_figure(MP.curves_frame(g), g.first_divergence().step)

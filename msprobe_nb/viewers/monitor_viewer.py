@@ -2,9 +2,10 @@
 
 A heat map of layer x step for a chosen value and kind (a comparison's ``norm_ratio`` of gradients first), the
 loss and gradient-norm curves (two runs overlaid), the anomaly list, and the numbers of one step and layer:
-clicking a heat map cell opens them. The state is plain Python (``state``, ``set_state``, ``click_cell``) over
-:mod:`msprobe_nb.viewers.monitor_plots`, so everything works and is tested without a browser; the heat map is a
-small anywidget canvas where anywidget is installed, else a PNG with a step and a name picker.
+clicking a heat map cell or an anomaly in the list opens them. The state is plain Python (``state``,
+``set_state``, ``click_cell``, ``open_anomaly``) over :mod:`msprobe_nb.viewers.monitor_plots`, so everything works
+and is tested without a browser; the heat map is a small anywidget canvas where anywidget is installed, else a
+PNG with a step and a name picker.
 """
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import pandas as pd
 from . import monitor_plots as MP
 from .plots import figure_png
 
-__all__ = ["HEATMAP_MAX_STEPS", "MonitorViewer", "heatmap_payload"]
+__all__ = ["ANOMALIES_SHOWN", "HEATMAP_MAX_STEPS", "MonitorViewer", "anomaly_options", "heatmap_payload"]
 
 #: steps shown side by side in the heat map before they are binned
 HEATMAP_MAX_STEPS = 300
+#: rows of the anomaly list in view (it scrolls)
+ANOMALIES_SHOWN = 8
 
 _HEAT_ESM = r"""
 function render({ model, el }) {
@@ -128,10 +131,19 @@ def heatmap_payload(h: pd.DataFrame, value: str, selected: tuple[int, str] | Non
             "cell_h": 10, "selected": sel}
 
 
+def anomaly_options(a: pd.DataFrame, limit: int = 500) -> list[tuple[str, int]]:
+    """(label, row) of each of the first ``limit`` anomalies for the list: ``step S, rank R: message``, after
+    the run's letter in a comparison."""
+    head = a.head(limit)
+    runs = head["run"].tolist() if "run" in head.columns else [None] * len(head)
+    return [(f"{run + ': ' if run else ''}step {step}, rank {rank}: {m}", i) for i, (run, step, rank, m) in
+            enumerate(zip(runs, head["step"], head["rank"], head["message"], strict=True))]
+
+
 class MonitorViewer:
     """Browse ``source``: a ``MonitorFrame`` (``load_monitor``), a ``MonitorComparison`` (``compare_monitors``)
     or a path (loaded). ``state``: value, kind, rank and the selected (step, name); ``click_cell(step, name)``
-    opens a cell's numbers (``selected_numbers``)."""
+    opens a cell's numbers (``selected_numbers``), ``open_anomaly(i)`` the cell of the i-th anomaly."""
 
     def __init__(self, source: Any, value: str | None = None, kind: str = "grad") -> None:
         if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
@@ -185,6 +197,37 @@ class MonitorViewer:
         self._sync(heat=False)
         return self.selected_numbers()
 
+    def open_anomaly(self, i: int) -> pd.DataFrame:
+        """Open the anomaly at row ``i`` of ``anomalies()`` (what a click on it in the list does): the heat map
+        turns to its kind with its cell marked, and its step and layer's numbers open; returns them. A scalar's
+        anomaly (the loss, the total gradient norm) has no cell: its step's numbers of that scalar are shown."""
+        a = self.anomalies()
+        if not 0 <= int(i) < len(a):
+            raise IndexError(f"anomaly {i} out of range: the list has {len(a)}")
+        r = a.iloc[int(i)]
+        step, name, kind = int(r["step"]), str(r["name"]), str(r["kind"])
+        self.state["selected"] = (step, name)
+        if kind in self.kinds() and kind != self.state["kind"]:
+            self.state["kind"] = kind
+            if self._widget is not None:
+                self._quiet = True  # the dropdown follows; its observer must not sync a second time
+                try:
+                    self._w_kind.value = kind
+                finally:
+                    self._quiet = False
+            self._sync()
+        else:
+            self._sync(heat=False)
+        return self.selected_numbers()
+
+    def _on_kind(self, kind: str) -> None:
+        if not getattr(self, "_quiet", False):
+            self.set_state(kind=kind)
+
+    def _on_anomaly(self, i: Any) -> None:
+        if i is not None and not getattr(self, "_quiet", False):
+            self.open_anomaly(i)
+
     def _on_cell(self, row: int, col: int) -> None:
         h = self._heat_frame
         self.click_cell(int(h.columns[col]), str(h.index[row]))
@@ -209,7 +252,7 @@ class MonitorViewer:
         self._w_kind = W.Dropdown(options=self.kinds(), value=s["kind"] if s["kind"] in self.kinds() else None,
                                   description="kind")
         self._w_value.observe(lambda ch: self.set_state(value=ch["new"]), names="value")
-        self._w_kind.observe(lambda ch: self.set_state(kind=ch["new"]), names="value")
+        self._w_kind.observe(lambda ch: self._on_kind(ch["new"]), names="value")
         self._heat = _heat_widget()
         if self._heat is not None:
             self._heat.on_cell = self._on_cell
@@ -222,11 +265,16 @@ class MonitorViewer:
             open_btn.on_click(lambda _b: self.click_cell(self._w_step.value, self._w_name.value))
             heat_box = W.VBox([self._heat_img, W.HBox([self._w_step, self._w_name, open_btn])])
         self._curves_img = W.Image(format="png")
-        self._anoms = W.HTML()
+        a = self.anomalies()  # the source's, whatever the state: listed once
+        self._anoms_head = W.HTML(f"<b>anomalies</b> ({len(a)}; a click opens one)" if len(a)
+                                  else "<b>anomalies</b>: none")
+        self._anoms = W.Select(options=anomaly_options(a), value=None, rows=ANOMALIES_SHOWN,
+                               layout=W.Layout(width="100%"))
+        self._anoms.observe(lambda ch: self._on_anomaly(ch["new"]), names="value")
         self._numbers = W.HTML()
         head = W.HTML(f"<b>first divergence:</b> {self.divergence}" if self.comparison else "")
         self._widget = W.VBox([head, W.HBox([self._w_value, self._w_kind]), heat_box, self._numbers,
-                               self._curves_img, W.HTML("<b>anomalies</b>"), self._anoms])
+                               self._curves_img, self._anoms_head, self._anoms])
         self._sync()
 
     def _all_steps(self) -> list[int]:
@@ -245,8 +293,6 @@ class MonitorViewer:
                 self._w_name.options = list(h.index)
             fd = self.divergence.step if self.divergence is not None else None
             self._curves_img.value = figure_png(MP.curves_figure(self.curves(), fd))
-            a = self.anomalies()
-            self._anoms.value = a.head(50).to_html(index=False) if len(a) else "<i>none</i>"
         elif self._heat is not None:
             self._heat.payload = heatmap_payload(self._heat_frame, s["value"], s["selected"])
         n = self.selected_numbers()
