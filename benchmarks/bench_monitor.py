@@ -20,7 +20,7 @@ The alert rules run as they do by default (their lines are not printed here: ran
 gradient norms of a fresh model jump). Bytes written per step are the bytes of the record's committed tables
 per step (the file adds a fixed header and the unused end of its last chunks). Run:
 
-    python benchmarks/bench_monitor.py [--size large] [--pairs 40] [--warmup 5]
+    python benchmarks/bench_monitor.py [--size large] [--pairs 150] [--warmup 5]
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _quartiles(xs: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def run(size: str | int = "large", pairs: int = 40, warmup: int = 5, root: str | None = None,
+def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str | None = None,
         configs: dict | None = None) -> dict[str, dict]:
     """{config: {"ratio", "low", "high", "wall_ratio", "target", "with_ms", "base_ms", "bytes_per_step"}}
     measured here (``low``-``high``: the pairs' interquartile range)."""
@@ -144,7 +144,7 @@ def report(results: dict[str, dict]) -> tuple[str, list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="large", help="'small', 'large' or a number of layers")
-    ap.add_argument("--pairs", type=int, default=40, help="plain / monitored step pairs per configuration")
+    ap.add_argument("--pairs", type=int, default=150, help="plain / monitored step pairs per configuration")
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
     size = int(args.size) if args.size.isdigit() else args.size

@@ -118,6 +118,7 @@ class MonitorHooks:
         self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
         self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
+        self._param_tensors = [p for _, p in self._params]
         self._weights = [(n, p) for n, p in self._params if p.numel()]
         self._layouts: dict[Any, list] = {}
         self._names: dict[tuple | None, list[str]] = {}  # positions of the parameters present -> their names
@@ -291,15 +292,12 @@ class MonitorHooks:
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        ts, present = [], []
-        add, at = ts.append, present.append
-        for i, (_, p) in enumerate(self._params):
-            g = getattr(p, "main_grad", None)
-            if g is None:
-                g = p.grad
-            if g is not None:
-                add(g)  # read under no_grad: no detach (a call per parameter) needed
-                at(i)
+        # read under no_grad: no detach (a call per parameter) needed
+        ts = [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
+        present = list(range(len(ts)))
+        if any(g is None for g in ts):  # parameters without a gradient this step have no row
+            present = [i for i, g in enumerate(ts) if g is not None]
+            ts = [ts[i] for i in present]
         runs = cpu_norm_runs(ts) if ts and self._norms_only and ts[0].is_cpu else None
         if runs is None and ts:  # the general path leaves out empty gradients (an empty tensor has no min)
             kept = [k for k, g in enumerate(ts) if g.numel()]
