@@ -99,6 +99,12 @@ def test_an_anomaly_opens_its_kind_step_and_layer(runs):
     assert grad.loc["a", "norm"] == pytest.approx(3 * grad.loc["b", "norm"])
     with pytest.raises(IndexError, match="out of range"):
         v.open_anomaly(len(a))
+    j = next(i for i, r in enumerate(a.itertuples()) if r.kind == "scalar" and r.name == "grad_norm")
+    scalar = v.open_anomaly(j).set_index("run")  # a scalar's anomaly: its value in both runs at that step
+    curves = MP.curves_frame(mp.compare_monitors(runs / "a", runs / "b")).set_index("step")
+    assert list(scalar["kind"]) == ["scalar", "scalar"] and scalar.loc["a", "step"] == a.loc[j, "step"]
+    assert scalar.loc["a", "value"] == pytest.approx(curves.loc[a.loc[j, "step"], "grad_norm_a"])
+    assert scalar.loc["b", "value"] == pytest.approx(curves.loc[a.loc[j, "step"], "grad_norm_b"])
     pytest.importorskip("ipywidgets", reason="ipywidgets is not installed")
     w = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"), kind="act")
     w.widget()

@@ -123,8 +123,12 @@ def anomaly_frame(source: Any) -> pd.DataFrame:
 
 
 def cell_numbers(source: Any, step: int, name: str, rank: int | None = None) -> pd.DataFrame:
-    """Every number recorded for ``name`` at ``step`` (one row per kind), both runs' for a comparison."""
+    """Every number recorded for ``name`` at ``step`` (one row per kind), both runs' for a comparison. A
+    scalar's name (``loss``, ``grad_norm``, an ``lr``...) gives its value at ``step``, kind ``scalar``."""
     frames = [("a", source.a), ("b", source.b)] if is_comparison(source) else [("", source)]
+    if not any((f.stats["name"] == name).any() for _, f in frames) and \
+            any(name in f.scalars.columns for _, f in frames):
+        return _scalar_numbers(frames, step, name, rank)
     out = []
     for label, f in frames:
         s = f.stats
@@ -142,6 +146,21 @@ def cell_numbers(source: Any, step: int, name: str, rank: int | None = None) -> 
         t = t.merge(m, on=["rank", "kind"], how="left")
         t = t[["run", *[c for c in t.columns if c != "run"]]]
     return t.reset_index(drop=True)
+
+
+def _scalar_numbers(frames: list, step: int, name: str, rank: int | None) -> pd.DataFrame:
+    out = []
+    for label, f in frames:
+        sc = f.scalars
+        if name not in sc.columns:
+            continue
+        r = sc.loc[sc["step"] == step, ["step", "rank", name]]
+        if rank is not None:
+            r = r.loc[r["rank"] == rank]
+        r = r.rename(columns={name: "value"}).assign(name=name, kind="scalar")
+        r = r[["step", "rank", "name", "kind", "value"]]
+        out.append(r.assign(run=label)[["run", *r.columns]] if label else r)
+    return pd.concat(out, ignore_index=True)
 
 
 def heatmap_figure(h: pd.DataFrame, value: str, title: str = "", mark: tuple[int, str] | None = None) -> Figure:
