@@ -619,6 +619,10 @@ def test_the_c_kernel_gives_torchs_statistics(n):
             _agree(stats._cpu_stats(t), _torch_stats(t))
 
 
+class _Sub(torch.Tensor):
+    """A tensor subclass (some wrap other tensors or have no storage of their own)."""
+
+
 def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
     """Contiguous float32 CPU tensors of any size go through the kernel at once (nothing is staged);
     transposes, negative views, tensors with NaN and other dtypes take torch's path; without the kernel the
@@ -633,6 +637,8 @@ def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
              torch.tensor(3.0), torch.randn(5, dtype=torch.float64, generator=g),
              torch.tensor([1.0, float("nan")]), torch.nn.Parameter(torch.randn(3, 3, generator=g)),
              torch._neg_view(torch.randn(5, generator=g))]  # same memory as its base, read negated
+    # a subclass's data_ptr() is not trusted (some wrap other tensors; the summarizer gives them no statistics)
+    assert not stats.kernel_readable(torch.randn(7).as_subclass(_Sub)) and stats.kernel_readable(cases[0])
     fused = stats._fused_at
     for kinds in ({}, {"hashes": True}, {"keep_tensors": True}):  # statistics, md5 and tensor tasks
         s = Summarizer(**kinds)

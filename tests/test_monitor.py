@@ -354,7 +354,13 @@ def test_norms_match_torchs_on_either_path(monkeypatch, kernel):
     torch.manual_seed(0)
     plain = [torch.randn(1000), torch.tensor([-3.0]), torch.tensor([float("nan"), 1.0]),
              torch.tensor([float("inf"), 1.0]), torch.full((10,), 1e20), torch.randn(64), torch.randn(64)]
-    for ts in (plain, plain + [torch.randn(8, 5).t()]):  # a transposed view: that list takes torch's path
+    class Sub(torch.Tensor):  # a subclass's data_ptr() need not be its values: torch's path
+        pass
+
+    sub = torch.randn(6).as_subclass(Sub)
+    assert monitor_stats.cpu_norm_runs(plain + [sub]) is None
+    assert (monitor_stats.cpu_norm_runs(plain) is None) is not kernel
+    for ts in (plain, plain + [torch.randn(8, 5).t()], plain + [sub]):  # a transposed view: torch's path
         got = monitor_stats.tensor_stats(ts, ("norm",))[0][:, 0]
         want = torch.stack([t.norm() for t in ts])
         assert torch.allclose(got, want, rtol=1e-6, equal_nan=True), (got, want)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe_nb.capture.stats import norms_kernel
+from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel
 
 __all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms", "gather",
            "histograms", "tensor_stats"]
@@ -69,15 +69,16 @@ _F32 = torch.float32
 
 def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | None:
     """(addresses, counts) of the tensors' values for :func:`cpu_norms`, or None unless every tensor is a
-    non-empty contiguous float32 CPU tensor and the C kernel is built. One loop over the tensors, since each tensor
-    attribute read costs as much as the kernel's work on a small parameter. A negative view (``is_neg``) is
-    allowed: its memory holds the values' negations, which have the same norm."""
+    non-empty contiguous float32 CPU tensor (a plain one or a Parameter: a subclass takes torch's path) and the
+    C kernel is built. One loop over the tensors, since each tensor attribute read costs as much as the
+    kernel's work on a small parameter. A negative view (``is_neg``) is allowed: its memory holds the values'
+    negations, which have the same norm."""
     if norms_kernel() is None:
         return None
     addresses, counts = [], []
     add, count = addresses.append, counts.append
     for t in ts:
-        if t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
+        if type(t) not in PLAIN_TENSORS or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
             return None
         add(t.data_ptr())
         count(t.numel())

@@ -50,10 +50,14 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
     return t, torch.float64  # integers: exact min/max, mean and norm in float64
 
 
+#: tensor types whose ``data_ptr()`` is their own memory (a subclass may wrap others, or have no storage)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def kernel_readable(t: torch.Tensor) -> bool:
-    """Whether the C kernels may read ``t`` at ``data_ptr()`` as plain float32 values: float32, on the CPU,
-    contiguous (not a transpose) and not a negative view."""
-    return t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.is_neg()
+    """Whether the C kernels may read ``t`` at ``data_ptr()`` as plain float32 values: a plain tensor or a
+    Parameter (not a subclass), float32, on the CPU, contiguous (not a transpose) and not a negative view."""
+    return type(t) in PLAIN_TENSORS and t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.is_neg()
 
 
 def norms_kernel() -> Any:
