@@ -227,6 +227,30 @@ def test_a_grad_scaler_s_scale_and_a_skipped_step_are_recorded(tmp_path):
     assert m.scalars["loss_scale"].tolist() == [1024.0, 512.0, 512.0]  # as step() finds it: after update()
 
 
+def test_a_fused_optimizer_under_a_grad_scaler_is_read_unscaled(tmp_path):
+    """A GradScaler hands fused AdamW its scale (``opt.grad_scale``) instead of unscaling first; the step
+    unscales the gradients in place. The record holds the unscaled gradients the step used."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = _data()
+    want = []
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "fused"), grad_scaler=scaler, alerts=False) as mon:
+        for _ in range(2):
+            opt.zero_grad()
+            scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
+            scaled = model.fc2.weight.grad.norm().item()
+            scaler.step(opt)
+            scaler.update()
+            want.append(model.fc2.weight.grad.norm().item())
+            assert want[-1] == pytest.approx(scaled / 1024.0, rel=1e-5)  # unscaled in place by the step
+            mon.step()
+    s = mp.load_monitor(tmp_path / "fused").stats
+    got = s.loc[(s["kind"] == "grad") & (s["name"] == "fc2.weight"), "norm"].tolist()
+    assert got == pytest.approx(want, rel=1e-6)
+
+
 def test_bad_input_is_named(tmp_path):
     model = Net()
     with pytest.raises(ValueError, match="no parameter named 'fc9.weight'"):

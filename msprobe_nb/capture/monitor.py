@@ -1,11 +1,12 @@
 """``MonitorHooks``: per-step aggregates of a training run, cheap enough to stay on (``mp.Monitor`` is it with a file).
 
 Hooks only, and they only read: the optimizer's step pre-hook reads the final gradients of the step (after
-any accumulation, after DDP's all-reduce, Megatron's ``main_grad`` where a parameter has one), its post-hook the
-updated weights and Adam's ``exp_avg`` / ``exp_avg_sq``; one post-accumulate-grad hook counts the micro-batches
-of a step; module forward hooks and tensor hooks on their outputs read activations and their gradients when
-asked. Every aggregate is computed on the tensor's device (``monitor_stats``); ``mon.step(loss=...)`` brings the
-whole step to the host in one copy, checks the alert rules (``monitor_alerts``) and hands the step to its sink
+any accumulation, after DDP's all-reduce, Megatron's ``main_grad`` where a parameter has one; the post-hook does
+when a GradScaler leaves the unscaling to a fused optimizer), its post-hook the updated weights and Adam's
+``exp_avg`` / ``exp_avg_sq``; one post-accumulate-grad hook counts the micro-batches of a step; module forward
+hooks and tensor hooks on their outputs read activations and their gradients when asked. Every aggregate is
+computed on the tensor's device (``monitor_stats``); ``mon.step(loss=...)`` brings the whole step to the host
+in one copy, checks the alert rules (``monitor_alerts``) and hands the step to its sink
 (``msprobe_nb.monitor.Monitor`` gives it the store's ``MonitorWriter``: capture does not import the store).
 Without an optimizer, or when one skipped its step (a GradScaler that found inf), gradients and weights are read
 in ``step()``.
@@ -179,15 +180,23 @@ class MonitorHooks:
         self._pending: dict[str, list] = {}  # kind -> [(names, floats, counts, extra)]
         self._acts: dict[str, list[tuple[str, torch.Tensor]]] = {"act": [], "act_grad": []}
         self._micro = 0
-        self._grads_read = self._weights_read = False
+        self._grads_read = self._weights_read = self._grads_after_step = False
 
     def _on_accumulated(self, _param: torch.Tensor) -> None:
         self._micro += 1
 
-    def _on_pre_step(self, _opt: Any, _args: Any, _kwargs: Any) -> None:
-        self._read_grads()
+    def _on_pre_step(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        # A GradScaler stepping an optimizer that unscales itself (fused Adam / AdamW) hands it the scale as
+        # ``opt.grad_scale`` instead of unscaling first: the gradients are still scaled here and are unscaled
+        # in place by the step. They are read after it, as that step used them.
+        self._grads_after_step = getattr(opt, "grad_scale", None) is not None
+        if not self._grads_after_step:
+            self._read_grads()
 
     def _on_post_step(self, _opt: Any, _args: Any, _kwargs: Any) -> None:
+        if self._grads_after_step:
+            self._grads_after_step = False
+            self._read_grads()
         self._read_weights()
         if self._want["opt"]:
             self._read_optimizer_state()
