@@ -270,15 +270,17 @@ class MonitorHooks:
         """The layout key of parameter-shaped tensors: which parameters, their sizes, dtypes and devices."""
         return (kind, present, tuple(t.numel() for t in ts), frozenset((t.dtype, t.device) for t in ts))
 
-    def _aggregate_params(self, kind: str, present: tuple | None, ts: list[torch.Tensor], signs: bool = False,
-                          hist: bool = False, runs: tuple | None = None) -> None:
+    def _kernel_runs(self, ts: list[torch.Tensor]) -> tuple | None:
+        """The C kernel's arguments for ``ts`` when norms alone are asked for and every tensor suits it."""
+        return cpu_norm_runs(ts) if self._norms_only and ts[0].is_cpu else None
+
+    def _aggregate_params(self, kind: str, present: tuple | None, ts: list[torch.Tensor], runs: tuple | None,
+                          signs: bool = False, hist: bool = False) -> None:
         """Queue the rows of parameter-shaped tensors ``ts`` (of the watched parameters at positions
-        ``present``, None: all). Norms alone of float32 CPU tensors (the default on a CPU) go straight to the C
-        kernel in one call, with no layout key built: at a model's hundreds of parameters the Python per tensor,
-        not the arithmetic, is what a step pays for. Everything else goes through ``_aggregate``. ``runs``: the
-        kernel's arguments if the caller has them already."""
-        if runs is None and self._norms_only and ts[0].is_cpu:
-            runs = cpu_norm_runs(ts)
+        ``present``, None: all). With ``runs`` (:meth:`_kernel_runs`: norms alone of float32 CPU tensors, the
+        default on a CPU) the norms come from the C kernel in one call, with no layout key built: at a model's
+        hundreds of parameters the Python per tensor, not the arithmetic, is what a step pays for. Without,
+        everything goes through ``_aggregate``."""
         if runs is None:
             items = [(self._params[i][0], t) for i, t in zip(present, ts)] if present is not None else \
                 [(n, t) for (n, _), t in zip(self._params, ts)]
@@ -303,27 +305,29 @@ class MonitorHooks:
             return
         # read under no_grad: no detach (a call per parameter) needed
         ts = [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
-        present = list(range(len(ts)))
+        present = None  # positions of the parameters that have a row; None: all
         if any(g is None for g in ts):  # parameters without a gradient this step have no row
             present = [i for i, g in enumerate(ts) if g is not None]
             ts = [ts[i] for i in present]
-        runs = cpu_norm_runs(ts) if ts and self._norms_only and ts[0].is_cpu else None
-        if runs is None and ts:  # the general path leaves out empty gradients (an empty tensor has no min)
+        runs = self._kernel_runs(ts) if ts else None
+        if runs is None:  # the general path leaves out empty gradients (an empty tensor has no min)
             kept = [k for k, g in enumerate(ts) if g.numel()]
             if len(kept) != len(ts):
-                ts, present = [ts[k] for k in kept], [present[k] for k in kept]
+                present = [k if present is None else present[k] for k in kept]
+                ts = [ts[k] for k in kept]
         if ts:
-            every = len(ts) == len(self._params)
-            self._aggregate_params("grad", None if every else tuple(present), ts, signs=True, hist=True, runs=runs)
+            self._aggregate_params("grad", None if present is None else tuple(present), ts, runs, signs=True,
+                                   hist=True)
         self._grads_read = True
 
     def _read_weights(self) -> None:
         if self._want["weight"] and self._weights:
             items = self._weights
+            ts = [p for _, p in items]
             if len(items) == len(self._params):
-                self._aggregate_params("weight", None, [p for _, p in items])
+                self._aggregate_params("weight", None, ts, self._kernel_runs(ts))
             else:
-                self._aggregate("weight", items, replace=True, layout=self._layout("weight", [p for _, p in items], ()))
+                self._aggregate("weight", items, replace=True, layout=self._layout("weight", ts, ()))
         self._weights_read = True
 
     def _read_optimizer_state(self) -> None:

@@ -90,7 +90,7 @@ class AlertRules:
         for i in np.flatnonzero(hit & ~self._told[series, col]):
             out.append(RuntimeAlert(step, int(series[i]), rule, float(values[i]), float(mean[i])))
             self._told[series[i], col] = True
-        kept = series[finite] if not finite.all() else series
-        self._sum[kept] += values[finite] if len(kept) != len(series) else values  # ids are unique: no add.at
+        kept = series[finite]  # ids are unique: a fancy-index add, no np.add.at
+        self._sum[kept] += values[finite]
         self._count[kept] += 1
         return out

@@ -157,6 +157,8 @@ class MonitorViewer:
         self.state: dict[str, Any] = {"value": value or MP.value_choices(source)[0], "kind": kind, "rank": None,
                                       "selected": (fd.step, fd.name) if fd is not None and fd.kind == kind else None}
         self._widget = None
+        self._quiet = False  # True while the viewer sets the kind dropdown itself
+        self._anomalies: pd.DataFrame | None = None
 
     # -- the model ---------------------------------------------------------------------------------------
     def kinds(self) -> list[str]:
@@ -171,7 +173,13 @@ class MonitorViewer:
         return MP.curves_frame(self.source, self.state["rank"])
 
     def anomalies(self) -> pd.DataFrame:
-        return MP.anomaly_frame(self.source)
+        """The source's anomalies (the rules run over the whole record once; a copy each call)."""
+        return self._anomaly_frame().copy()
+
+    def _anomaly_frame(self) -> pd.DataFrame:
+        if self._anomalies is None:
+            self._anomalies = MP.anomaly_frame(self.source)
+        return self._anomalies
 
     def selected_numbers(self) -> pd.DataFrame:
         sel = self.state["selected"]
@@ -201,7 +209,7 @@ class MonitorViewer:
         """Open the anomaly at row ``i`` of ``anomalies()`` (what a click on it in the list does): the heat map
         turns to its kind with its cell marked, and its step and layer's numbers open; returns them. A scalar's
         anomaly (the loss, the total gradient norm) has no cell: its step's numbers of that scalar are shown."""
-        a = self.anomalies()
+        a = self._anomaly_frame()
         if not 0 <= int(i) < len(a):
             raise IndexError(f"anomaly {i} out of range: the list has {len(a)}")
         r = a.iloc[int(i)]
@@ -221,11 +229,11 @@ class MonitorViewer:
         return self.selected_numbers()
 
     def _on_kind(self, kind: str) -> None:
-        if not getattr(self, "_quiet", False):
+        if not self._quiet:
             self.set_state(kind=kind)
 
     def _on_anomaly(self, i: Any) -> None:
-        if i is not None and not getattr(self, "_quiet", False):
+        if i is not None:
             self.open_anomaly(i)
 
     def _on_cell(self, row: int, col: int) -> None:
@@ -265,7 +273,7 @@ class MonitorViewer:
             open_btn.on_click(lambda _b: self.click_cell(self._w_step.value, self._w_name.value))
             heat_box = W.VBox([self._heat_img, W.HBox([self._w_step, self._w_name, open_btn])])
         self._curves_img = W.Image(format="png")
-        a = self.anomalies()  # the source's, whatever the state: listed once
+        a = self._anomaly_frame()  # the source's, whatever the state: listed once
         self._anoms_head = W.HTML(f"<b>anomalies</b> ({len(a)}; a click opens one)" if len(a)
                                   else "<b>anomalies</b>: none")
         self._anoms = W.Select(options=anomaly_options(a), value=None, rows=ANOMALIES_SHOWN,
