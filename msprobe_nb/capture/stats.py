@@ -51,7 +51,7 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
 
 
 #: tensor types whose ``data_ptr()`` is their own memory (a subclass may wrap others, or have no storage)
-PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 
 
 def kernel_readable(t: torch.Tensor) -> bool:
