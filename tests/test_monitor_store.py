@@ -40,6 +40,28 @@ def test_the_record_is_readable_while_it_is_written(tmp_path):
     assert not (tmp_path / "live" / "monitor_rank0.lock").exists()
 
 
+def test_steps_that_outgrow_every_table_s_extent_read_back_exactly(tmp_path):
+    """Each table keeps its dataspaces between writes and renews them when its extent grows: steps that grow
+    every table several times (rows, scalars, names, the commit index) read back value for value."""
+    w = MonitorWriter(tmp_path / "grow", 0, COLUMNS)
+    rng = np.random.default_rng(0)
+    want = []
+    for step in range(300):
+        n = int(rng.integers(1, 40))
+        names = [f"s{step % 7}.p{i}" for i in range(n)]
+        values = rng.standard_normal((n, 2))
+        w.write_step(step, names, ["grad"] * n, values, {"loss": float(step), f"extra{step}": -1.0})
+        want.append(values)
+    w.close()
+    m = mp.load_monitor(tmp_path / "grow")
+    assert m.steps == list(range(300))
+    got = m.stats.sort_values(["step"], kind="stable")[["norm", "numel"]].to_numpy()
+    np.testing.assert_array_equal(got, np.concatenate(want))
+    sc = m.scalars
+    assert sc["loss"].tolist() == [float(i) for i in range(300)]
+    assert [sc.loc[sc["step"] == k, f"extra{k}"].item() for k in (0, 150, 299)] == [-1.0] * 3
+
+
 def test_a_step_with_the_last_step_s_names_but_other_kinds_keeps_its_kinds(tmp_path):
     """The writer reuses the last step's name and kind ids when they repeat; kinds that changed under the same
     names are written as they are."""
@@ -57,19 +79,19 @@ def test_a_step_with_the_last_step_s_names_but_other_kinds_keeps_its_kinds(tmp_p
 def test_a_step_cut_short_is_never_read_and_the_next_one_is(tmp_path, monkeypatch):
     w = MonitorWriter(tmp_path / "cut", 0, COLUMNS)
     _step(w, 0)
-    real = monitor_store._write_at
+    real = monitor_store._Table.write_at
 
-    def failing(ds, start, arr):
-        if ds.name == "/index/steps" and arr[0, -1] == monitor_store.COMMIT_MAGIC:
+    def failing(table, start, arr):
+        if table.ds.name == "/index/steps" and arr[0, -1] == monitor_store.COMMIT_MAGIC:
             raise OSError(28, "No space left on device")
-        real(ds, start, arr)
+        real(table, start, arr)
 
-    monkeypatch.setattr(monitor_store, "_write_at", failing)
+    monkeypatch.setattr(monitor_store._Table, "write_at", failing)
     with pytest.raises(OSError, match="No space"):
         w.write_step(1, ["new.name"], ["grad"], np.ones((1, 2)), {"loss": 1.0})  # its rows are in the file
     r = read_monitor(tmp_path / "cut")[0]
     assert r["steps"].tolist() == [0] and len(r["values"]) == 4 and "new.name" not in r["names"]
-    monkeypatch.setattr(monitor_store, "_write_at", real)
+    monkeypatch.setattr(monitor_store._Table, "write_at", real)
     w.write_step(2, ["new.name"], ["grad"], np.full((1, 2), 7.0), {"loss": 2.0})
     w.close()
     m = mp.load_monitor(tmp_path / "cut")
