@@ -349,6 +349,42 @@ def test_megatron_main_grad_is_read_where_a_parameter_has_one(tmp_path):
     assert s.loc[("grad", "fc1.weight"), "norm"] == pytest.approx(model.fc1.weight.grad.norm().item(), rel=1e-6)
 
 
+def test_main_grad_defined_by_a_parameter_class_is_read_too(tmp_path):
+    """A parameter class may define ``main_grad`` itself (a property) rather than on each object: still read."""
+    class Held(nn.Parameter):
+        @property
+        def main_grad(self):
+            return torch.full_like(self, 2.0)
+
+    torch.manual_seed(0)
+    model = Net()
+    model.fc2.weight = Held(model.fc2.weight.detach())
+    x, y = _data()
+    with mp.Monitor(model, dump_path=str(tmp_path / "mgc"), alerts=False) as mon:
+        nn.functional.mse_loss(model(x), y).backward()
+        mon.step()
+    s = mp.load_monitor(tmp_path / "mgc").stats.set_index(["kind", "name"])
+    assert s.loc[("grad", "fc2.weight"), "norm"] == pytest.approx(2.0 * model.fc2.weight.numel() ** 0.5)
+    assert s.loc[("grad", "fc1.weight"), "norm"] == pytest.approx(model.fc1.weight.grad.norm().item(), rel=1e-6)
+
+
+def test_the_norms_kernel_checks_its_output_buffer():
+    from msprobe_nb.capture.stats import norms_kernel
+
+    kernel = norms_kernel()
+    if kernel is None:
+        pytest.skip("msprobe_nb.capture._fused_stats is not built (no C compiler at install)")
+    t = torch.arange(4.0)
+    out = np.full(1, -1.0, np.float32)
+    kernel([t.data_ptr()], [4], out)
+    assert out[0] == pytest.approx(14.0 ** 0.5)
+    for bad in (np.empty(2, np.float32), np.empty(1, np.float64), b"four"):
+        with pytest.raises((ValueError, TypeError)):
+            kernel([t.data_ptr()], [4], bad)
+    with pytest.raises(ValueError, match="as many counts"):
+        kernel([t.data_ptr()], [4, 4], out)
+
+
 def test_without_sign_bitmaps_the_direction_comes_from_histograms(tmp_path):
     def flip(step, model, opt):
         if step == 10:

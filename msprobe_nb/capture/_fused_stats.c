@@ -152,56 +152,55 @@ MULTIVERSION static double sumsq_pass(const float *x, Py_ssize_t n)
     return q;
 }
 
-/* norms_at(addresses, counts): the L2 norm of each run of counts[k] float32 values at addresses[k] (tensors'
+/* norms_into(addresses, counts, out): the L2 norm of each run of counts[k] float32 values at addresses[k] (tensors'
    data_ptr(), contiguous float32 CPU tensors the caller holds), rounded to float32 as torch's norm is: |x| for
-   one element, inf once the sum of squares passes float32's range. One call for a model's many parameters. */
-static PyObject *norms_at(PyObject *self, PyObject *args)
+   one element, inf once the sum of squares passes float32's range. Written into out (a writable buffer of as
+   many float32 as runs: a numpy array), so a model's many parameters cost one call and no Python float each. */
+static PyObject *norms_into(PyObject *self, PyObject *args)
 {
     PyObject *addresses, *counts;
+    Py_buffer out;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &addresses, &PyList_Type, &counts))
+    if (!PyArg_ParseTuple(args, "O!O!w*", &PyList_Type, &addresses, &PyList_Type, &counts, &out))
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(addresses);
-    if (PyList_GET_SIZE(counts) != m) {
-        PyErr_SetString(PyExc_ValueError, "norms_at() needs as many counts as addresses");
-        return NULL;
-    }
-    PyObject *out = PyList_New(m);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t k = 0; k < m; k++) {
+    const char *why = NULL;
+    if (PyList_GET_SIZE(counts) != m)
+        why = "norms_into() needs as many counts as addresses";
+    else if (out.len != m * (Py_ssize_t)sizeof(float) || (out.itemsize != 1 && out.itemsize != sizeof(float)))
+        why = "norms_into() needs an output buffer of one float32 per address";
+    float *dst = (float *)out.buf;
+    for (Py_ssize_t k = 0; why == NULL && k < m; k++) {
         Py_ssize_t address = PyLong_AsSsize_t(PyList_GET_ITEM(addresses, k));
         Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(counts, k));
         if (PyErr_Occurred()) {
-            Py_DECREF(out);
+            PyBuffer_Release(&out);
             return NULL;
         }
         if (address == 0 || n <= 0) {
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_ValueError, "norms_at() needs addresses and positive counts");
-            return NULL;
+            why = "norms_into() needs addresses and positive counts";
+            break;
         }
         const float *x = (const float *)address;
         double q = sumsq_pass(x, n);
         double norm = n == 1 ? fabs((double)x[0]) : q > FLT_MAX ? (double)INFINITY : sqrt(q);
-        if (q != q)
-            norm = (double)NAN;
-        PyObject *v = PyFloat_FromDouble((double)(float)norm);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, k, v);
+        dst[k] = q != q ? NAN : (float)norm;
     }
-    return out;
+    PyBuffer_Release(&out);
+    if (why != NULL) {
+        PyErr_SetString(PyExc_ValueError, why);
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"stats_at", stats_at, METH_VARARGS,
      "stats_at(address, n) -> (max, min, sum, norm) of the n float32 values at address (a tensor's data_ptr()),"
      " in one pass."},
-    {"norms_at", norms_at, METH_VARARGS,
-     "norms_at(addresses, counts) -> [norm, ...] of float32 runs at addresses (tensors' data_ptr()), one call."},
+    {"norms_into", norms_into, METH_VARARGS,
+     "norms_into(addresses, counts, out) writes the float32 norm of each float32 run at addresses (tensors'"
+     " data_ptr()) into out, one call."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",

@@ -30,7 +30,7 @@ from .monitor_stats import (
     SignHistory,
     SignPacker,
     cpu_norm_runs,
-    cpu_norms,
+    cpu_norms_host,
     gather,
     histograms,
     tensor_stats,
@@ -120,6 +120,7 @@ class MonitorHooks:
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
         self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
         self._param_tensors = [p for _, p in self._params]
+        self._main_grad_in_class = any(hasattr(c, "main_grad") for c in {type(p) for p in self._param_tensors})
         self._weights = [(n, p) for n, p in self._params if p.numel()]
         self._layouts: dict[Any, list] = {}
         self._names: dict[tuple | None, list[str]] = {}  # positions of the parameters present -> their names
@@ -130,6 +131,8 @@ class MonitorHooks:
         self.columns = list(self.stats) + ["numel"] + (["sign_agree"] if signs else []) + \
             ([f"hist_{i}" for i in range(len(self._bounds) + 1)] if self._bounds is not None else [])
         self._col = {c: i for i, c in enumerate(self.columns)}
+        self._float_cols = [self._col[s] for s in self.stats if s in FLOAT_STATS]
+        self._count_cols = [self._col[s] for s in self.stats if s in COUNT_STATS]
         if rank is None:
             dist = torch.distributed
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -298,13 +301,18 @@ class MonitorHooks:
             extra["signs"] = self._signs.pack(ts)
         if hist and self._bounds is not None:
             extra["hist"] = histograms(ts, self._bounds)
-        self._pending[kind] = [(names, cpu_norms(runs).reshape(-1, 1), None, extra)]
+        self._pending[kind] = [(names, cpu_norms_host(runs).reshape(-1, 1), None, extra)]
 
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        # read under no_grad: no detach (a call per parameter) needed
-        ts = [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
+        # read under no_grad: no detach (a call per parameter) needed. Megatron sets ``main_grad`` on each
+        # parameter object: its __dict__ is looked in, unless some parameter's class defines the name itself
+        # (a getattr that fails costs several times a dict lookup, at every parameter)
+        if self._main_grad_in_class:
+            ts = [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
+        else:
+            ts = [p.grad if (m := p.__dict__.get("main_grad")) is None else m for p in self._param_tensors]
         present = None  # positions of the parameters that have a row; None: all
         if any(g is None for g in ts):  # parameters without a gradient this step have no row
             present = [i for i, g in enumerate(ts) if g is not None]
@@ -390,10 +398,9 @@ class MonitorHooks:
         for kind, names, extra, slots in self._combined(layout, host):
             v = np.full((len(names), len(self.columns)), np.nan)
             fl, co = slots.get("floats"), slots.get("counts")
-            for j, s in enumerate(s for s in self.stats if s in FLOAT_STATS):
-                v[:, self._col[s]] = fl[:, j]
-            for j, s in enumerate(s for s in self.stats if s in COUNT_STATS):
-                v[:, self._col[s]] = co[:, j]
+            v[:, self._float_cols] = fl
+            if self._count_cols:
+                v[:, self._count_cols] = co
             v[:, self._col["numel"]] = extra["numel"]
             if slots.get("hist") is not None:
                 v[:, self._col["hist_0"]:] = slots["hist"]
@@ -408,7 +415,8 @@ class MonitorHooks:
                 sign_numel += numel.tolist()
                 sign_bytes.append(blob)
             if kind == "grad":
-                grad_sq += float(np.sum(v[:, 0].astype(np.float64) ** 2))
+                norms = v[:, 0]
+                grad_sq += float(np.dot(norms, norms))
             names_all += names
             kinds_all += [kind] * len(names)
             blocks.append(v)

@@ -73,24 +73,30 @@ class AlertRules:
             return []
         self._grow(int(series.max()) + 1)
         s, c = self._sum[series], self._count[series]
-        mean = np.divide(s, c, out=np.full(len(s), np.nan), where=c > 0)
+        mean = s / np.maximum(c, 1)  # 0 where there is no history yet: not judged below anyway
         finite = np.isfinite(values)
-        judged = c >= self.min_history
-        out = []
-        bad = ~finite if not direction else np.zeros(len(values), bool)  # agreement is NaN on a first step only
-        if direction:
+        if direction:  # agreement is NaN on a first step only: never non-finite news
             rule, col = "direction_drop", 2
-            hit = finite & judged & (values < (1 - self.direction_drop) * mean)
+            hit = values < (1 - self.direction_drop) * mean
         else:
             rule, col = "spike", 1
-            hit = finite & judged & (values > (1 + self.spike) * mean)
-        for i in np.flatnonzero(bad & ~self._told[series, 0]):
-            out.append(RuntimeAlert(step, int(series[i]), "nonfinite", float(values[i]), float("nan")))
-            self._told[series[i], 0] = True
-        for i in np.flatnonzero(hit & ~self._told[series, col]):
-            out.append(RuntimeAlert(step, int(series[i]), rule, float(values[i]), float(mean[i])))
-            self._told[series[i], col] = True
-        kept = series[finite]  # ids are unique: a fancy-index add, no np.add.at
-        self._sum[kept] += values[finite]
-        self._count[kept] += 1
+            hit = values > (1 + self.spike) * mean
+        hit &= finite
+        hit &= c >= self.min_history
+        out = []
+        if not direction and not finite.all():
+            for i in np.flatnonzero(~finite & ~self._told[series, 0]):
+                out.append(RuntimeAlert(step, int(series[i]), "nonfinite", float(values[i]), float("nan")))
+                self._told[series[i], 0] = True
+        if hit.any():
+            for i in np.flatnonzero(hit & ~self._told[series, col]):
+                out.append(RuntimeAlert(step, int(series[i]), rule, float(values[i]), float(mean[i])))
+                self._told[series[i], col] = True
+        if finite.all():  # ids are unique: a fancy-index add, no np.add.at
+            self._sum[series] += values
+            self._count[series] += 1
+        else:
+            kept = series[finite]
+            self._sum[kept] += values[finite]
+            self._count[kept] += 1
         return out

@@ -15,8 +15,8 @@ import torch
 
 from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel
 
-__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms", "gather",
-           "histograms", "tensor_stats"]
+__all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms",
+           "cpu_norms_host", "gather", "histograms", "tensor_stats"]
 
 #: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
 FLOAT_STATS = ("norm", "min", "max", "mean")
@@ -78,18 +78,26 @@ def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | N
     addresses, counts = [], []
     add, count = addresses.append, counts.append
     for t in ts:
-        if type(t) not in PLAIN_TENSORS or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
+        if t.__class__ not in PLAIN_TENSORS or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
             return None
         add(t.data_ptr())
         count(t.numel())
     return (addresses, counts) if all(counts) else None
 
 
-def cpu_norms(runs: tuple[list[int], list[int]]) -> torch.Tensor:
+def cpu_norms_host(runs: tuple[list[int], list[int]]) -> np.ndarray:
     """float32 L2 norms (NaN and inf propagate as torch's do) of the runs :func:`cpu_norm_runs` gave, from the
-    kit's C kernel in one call (torch's CPU ``_foreach_norm`` dispatches once per tensor, which a model's
-    hundreds of parameters make most of its cost). The caller holds the tensors meanwhile."""
-    return torch.tensor(norms_kernel()(*runs), dtype=torch.float32)
+    kit's C kernel in one call, as a fresh numpy array (torch's CPU ``_foreach_norm`` dispatches once per
+    tensor, which a model's hundreds of parameters make most of its cost). The caller holds the tensors
+    meanwhile."""
+    out = np.empty(len(runs[0]), np.float32)
+    norms_kernel()(*runs, out)
+    return out
+
+
+def cpu_norms(runs: tuple[list[int], list[int]]) -> torch.Tensor:
+    """:func:`cpu_norms_host` as a CPU tensor."""
+    return torch.from_numpy(cpu_norms_host(runs))
 
 
 def _norms(ts: Sequence[torch.Tensor], layout: Any = None) -> torch.Tensor:
@@ -242,14 +250,18 @@ class SignHistory:
         return out
 
 
-def gather(parts: Sequence[torch.Tensor]) -> list[np.ndarray]:
+def gather(parts: Sequence[torch.Tensor | np.ndarray]) -> list[np.ndarray]:
     """The host copies of ``parts`` (contiguous tensors of any dtype numpy has, on any device), in order, made
     with one device-to-host copy per accelerator: each part is viewed as bytes and the bytes concatenated
-    before the copy. CPU parts are copied one by one (no transfer to batch)."""
+    before the copy. CPU parts are copied one by one (no transfer to batch). A numpy array part is the caller's
+    own fresh host result and is passed through as it is."""
     out: list[np.ndarray | None] = [None] * len(parts)
     by_device: dict[torch.device, list[int]] = {}
     for i, p in enumerate(parts):
-        by_device.setdefault(p.device, []).append(i)
+        if isinstance(p, np.ndarray):
+            out[i] = p
+        else:
+            by_device.setdefault(p.device, []).append(i)
     with torch.no_grad():
         for device, idx in by_device.items():
             if device.type == "cpu":  # already on the host: a copy each (a part may be a view of the caller's)

@@ -24,7 +24,7 @@ try:  # optional C kernel (setup.py): one pass instead of four torch reductions 
 except ImportError:  # built without a compiler: torch's reductions give the same statistics
     _kernel = None
 _fused_at = getattr(_kernel, "stats_at", None)
-_norms_at = getattr(_kernel, "norms_at", None)  # None in a build older than the kernel's norms_at
+_norms_into = getattr(_kernel, "norms_into", None)  # None in a build older than the kernel's norms_into
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -61,10 +61,10 @@ def kernel_readable(t: torch.Tensor) -> bool:
 
 
 def norms_kernel() -> Any:
-    """The C kernel ``norms_at(addresses, counts) -> [norm, ...]``: the float32 L2 norm of each run of float32
-    values at tensors' ``data_ptr()`` (the caller checks they are contiguous float32 CPU tensors and holds
-    them), in one call; None where the extension was not built."""
-    return _norms_at
+    """The C kernel ``norms_into(addresses, counts, out)``: writes into ``out`` (a float32 numpy array) the
+    float32 L2 norm of each run of float32 values at tensors' ``data_ptr()`` (the caller checks they are
+    contiguous float32 CPU tensors and holds them), in one call; None where the extension was not built."""
+    return _norms_into
 
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
