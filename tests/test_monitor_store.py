@@ -79,19 +79,19 @@ def test_a_step_with_the_last_step_s_names_but_other_kinds_keeps_its_kinds(tmp_p
 def test_a_step_cut_short_is_never_read_and_the_next_one_is(tmp_path, monkeypatch):
     w = MonitorWriter(tmp_path / "cut", 0, COLUMNS)
     _step(w, 0)
-    real = monitor_store._Table.write_at
+    real = monitor_store.DatasetWriter.write_at
 
     def failing(table, start, arr):
         if table.ds.name == "/index/steps" and arr[0, -1] == monitor_store.COMMIT_MAGIC:
             raise OSError(28, "No space left on device")
         real(table, start, arr)
 
-    monkeypatch.setattr(monitor_store._Table, "write_at", failing)
+    monkeypatch.setattr(monitor_store.DatasetWriter, "write_at", failing)
     with pytest.raises(OSError, match="No space"):
         w.write_step(1, ["new.name"], ["grad"], np.ones((1, 2)), {"loss": 1.0})  # its rows are in the file
     r = read_monitor(tmp_path / "cut")[0]
     assert r["steps"].tolist() == [0] and len(r["values"]) == 4 and "new.name" not in r["names"]
-    monkeypatch.setattr(monitor_store._Table, "write_at", real)
+    monkeypatch.setattr(monitor_store.DatasetWriter, "write_at", real)
     w.write_step(2, ["new.name"], ["grad"], np.full((1, 2), 7.0), {"loss": 2.0})
     w.close()
     m = mp.load_monitor(tmp_path / "cut")

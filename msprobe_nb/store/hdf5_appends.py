@@ -11,7 +11,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5s
+from h5py import h5s, h5t
 
 
 class ColumnGroup:
@@ -28,16 +28,17 @@ class ColumnGroup:
 
     def __init__(self, f: h5py.File, name: str, chunk: int, columns: dict[str, str], filt: dict[str, Any]) -> None:
         self.name, self.chunk = name, chunk
-        self.main: dict[str, h5py.Dataset] = {}
+        self.main: dict[str, DatasetWriter] = {}
         for path, dtype in columns.items():
-            self.main[path] = f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk it reads
+            self.main[path] = DatasetWriter(f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk
                 path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
-                fletcher32=True, track_times=False)
+                fletcher32=True, track_times=False))
         self.record = np.dtype([(path, np.dtype(dtype).newbyteorder("<")) for path, dtype in columns.items()])
         size = self.record.itemsize
-        self.tail = f.create_dataset(f"tail/{name}", shape=(2, chunk, size), dtype="uint8", chunks=(1, chunk, size),
-                                     track_times=False)
-        self.tail.attrs["columns"] = json.dumps([[p, self.record[p].str] for p in columns])
+        tail = f.create_dataset(f"tail/{name}", shape=(2, chunk, size), dtype="uint8", chunks=(1, chunk, size),
+                                track_times=False)
+        tail.attrs["columns"] = json.dumps([[p, self.record[p].str] for p in columns])
+        self.tail = DatasetWriter(tail)
         # committed length, tail slot, and crc32 of the committed rows of that slot (their record bytes)
         self.length, self.slot, self.crc = 0, 0, 0
         # the rows of each tail slot, as records: appended in place, so a step never copies the older rows
@@ -82,28 +83,55 @@ class ColumnGroup:
         self.length, self.slot, self.crc = state
 
 
-def write_at(ds: h5py.Dataset, start: tuple[int, ...], block: np.ndarray) -> None:
-    """``ds[start : start + block.shape] = block`` through h5py's low-level API: the per-step path, about
-    3x cheaper than a high-level slice assignment (which rebuilds a selection per call)."""
-    fspace = ds.id.get_space()
-    fspace.select_hyperslab(start, block.shape)
-    ds.id.write(h5s.create_simple(block.shape), fspace, np.ascontiguousarray(block, dtype=ds.dtype))
+class DatasetWriter:
+    """Writes blocks into one dataset through h5py's low-level API, reusing what every write needs: the
+    numpy and HDF5 types, the file dataspace (renewed when :meth:`set_extent` grows it) and a memory
+    dataspace per block shape. A step writes several datasets right after the step's own work, and building
+    these objects again for each write cost more than the write itself."""
+
+    __slots__ = ("ds", "dtype", "_mtype", "_fspace", "_mspaces")
+
+    def __init__(self, ds: h5py.Dataset) -> None:
+        self.ds, self.dtype = ds, ds.dtype
+        self._mtype = h5t.py_create(self.dtype)
+        self._fspace = ds.id.get_space()
+        self._mspaces: dict[tuple, Any] = {}
+
+    @property
+    def length(self) -> int:
+        """The extent of the first dimension."""
+        return self.ds.id.shape[0]
+
+    def set_extent(self, shape: tuple[int, ...]) -> None:
+        self.ds.id.set_extent(shape)
+        self._fspace = self.ds.id.get_space()
+
+    def write_at(self, start: tuple[int, ...], block: np.ndarray) -> None:
+        """``ds[start : start + block.shape] = block`` (within the extent)."""
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        mspace = self._mspaces.get(block.shape)
+        if mspace is None:
+            if len(self._mspaces) > 32:
+                self._mspaces.clear()
+            mspace = self._mspaces[block.shape] = h5s.create_simple(block.shape)
+        self._fspace.select_hyperslab(start, block.shape)
+        self.ds.id.write(mspace, self._fspace, block, self._mtype)
 
 
-def append_main(ds: h5py.Dataset, base: int, arr: np.ndarray) -> None:
+def append_main(ds: DatasetWriter, base: int, arr: np.ndarray) -> None:
     """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once).
 
     The extent only grows: a step that failed may have grown it further, and its rows are simply
     written again (nothing past the committed length is trusted by readers)."""
-    if base + len(arr) > ds.id.shape[0]:
-        ds.id.set_extent((base + len(arr),))
-    write_at(ds, (base,), arr)
+    if base + len(arr) > ds.length:
+        ds.set_extent((base + len(arr),))
+    ds.write_at((base,), arr)
 
 
-def _write_tail(ds: h5py.Dataset, slot: int, start: int, raw: np.ndarray) -> None:
+def _write_tail(ds: DatasetWriter, slot: int, start: int, raw: np.ndarray) -> None:
     """``ds[slot, start:start + n] = raw``, the records' bytes ``(n, record size)`` (one contiguous piece of the
     slot's chunk)."""
-    write_at(ds, (slot, start, 0), raw.reshape(1, *raw.shape))
+    ds.write_at((slot, start, 0), raw.reshape(1, *raw.shape))
 
 
 def write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: int) -> None:

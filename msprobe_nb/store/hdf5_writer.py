@@ -21,7 +21,7 @@ import numpy as np
 
 from msprobe_nb.store.column_values import as_1d, as_list, exact_int, is_missing, json_default, nullable
 from msprobe_nb.store.dump_dir import DumpInUseError, DumpLock, claim_dump_dir, resolve_dump_dir
-from msprobe_nb.store.hdf5_appends import ColumnGroup, write_at, write_packed
+from msprobe_nb.store.hdf5_appends import ColumnGroup, DatasetWriter, write_packed
 from msprobe_nb.store.hdf5_layout import (
     COMMIT_MAGIC,
     ENCODINGS,
@@ -150,6 +150,7 @@ class DumpWriter:
                                            chunks=(INDEX_BLOCK, k), track_times=False)
             self._index.attrs["fields"] = json.dumps(INDEX_FIELDS)
             self._index.attrs["commit_magic"] = COMMIT_MAGIC
+            self._index_writer = DatasetWriter(self._index)
             a["attrs_crc"] = attrs_digest(f)  # last: SWMR allows no attribute changes after this flush
             f.flush()
             if swmr:
@@ -498,17 +499,17 @@ class DumpWriter:
         end = self._rows + n
         if end > self._index_rows:
             rows = -(-end // INDEX_BLOCK) * INDEX_BLOCK
-            self._index.id.set_extent((rows, len(INDEX_FIELDS)))
+            self._index_writer.set_extent((rows, len(INDEX_FIELDS)))
             self._index_rows = rows
         while self._index_alloc < end:
-            write_at(self._index, (self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
+            self._index_writer.write_at((self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
             self._index_alloc += INDEX_BLOCK
 
     def _append_index(self, row: list[int]) -> None:
         """Write the next row of ``/index/steps`` (in a chunk ``_reserve_index`` allocated). ``_rows`` only moves
         on once the write succeeded, so a row that failed is written again at the same place by the next one."""
         i, k = self._rows, len(INDEX_FIELDS)
-        write_at(self._index, (i, 0), np.asarray(row, np.int64).reshape(1, k))
+        self._index_writer.write_at((i, 0), np.asarray(row, np.int64).reshape(1, k))
         self._rows = i + 1
 
     def mark_dropped(self, step: int, errno: int | None = 0) -> None:

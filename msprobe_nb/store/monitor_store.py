@@ -25,9 +25,9 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5s, h5t
 
 from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.hdf5_appends import DatasetWriter
 from msprobe_nb.store.hdf5_open import open_rank_file
 
 try:
@@ -181,7 +181,7 @@ class MonitorWriter:
             tmp.unlink(missing_ok=True)
             raise
         self._f = f
-        self._ds = {name: _Table(f[name]) for name in [*_TABLES, "index/steps"]}
+        self._ds = {name: DatasetWriter(f[name]) for name in [*_TABLES, "index/steps"]}
         self._cap = dict.fromkeys(self._ds, 0)
 
     def _append(self, name: str, arr: np.ndarray) -> None:
@@ -195,7 +195,7 @@ class MonitorWriter:
             table.set_extent((cap, *ds.shape[1:]))
             self._cap[name] = cap
         if len(arr):
-            table.write_at(start, arr)
+            table.write_at((start, *(0,) * (arr.ndim - 1)), arr)
         self._pending[name] = end
 
     def write_step(self, step: int, names: Sequence[str], kinds: Sequence[str], values: np.ndarray,
@@ -252,7 +252,7 @@ class MonitorWriter:
             row = [int(step), lens["rows"], lens["scalars"], lens["signs/index"], lens["signs/bytes"],
                    lens["names/ends"], lens["names/bytes"]]
             row += [_crc(row), COMMIT_MAGIC]
-            self._ds["index/steps"].write_at(self._commits, np.asarray([row], np.int64))  # the commit
+            self._ds["index/steps"].write_at((self._commits, 0), np.asarray([row], np.int64))  # the commit
         except BaseException:
             for s in new:  # not committed: the names are interned again by the next step
                 del self._names[s]
@@ -269,7 +269,7 @@ class MonitorWriter:
             self._index_rows = -(-(self._commits + 1) // INDEX_BLOCK) * INDEX_BLOCK
             table.set_extent((self._index_rows, len(INDEX_FIELDS)))
         if self._index_alloc <= self._commits:
-            table.write_at(self._index_alloc, np.zeros((1, len(INDEX_FIELDS)), np.int64))
+            table.write_at((self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
             self._index_alloc += INDEX_BLOCK
 
     def close(self) -> None:
@@ -285,33 +285,6 @@ class MonitorWriter:
 
 
 # ------------------------------------------------------------------------------------------ reading
-class _Table:
-    """One append-only dataset and what each write to it reuses: its numpy and HDF5 types, its file dataspace
-    (renewed when the writer changes the extent) and a memory dataspace per shape written. A step writes
-    several tables, and building these objects again for each write cost more than the write itself."""
-
-    def __init__(self, ds: h5py.Dataset) -> None:
-        self.ds, self.dtype = ds, ds.dtype
-        self._mtype = h5t.py_create(self.dtype)
-        self._fspace = ds.id.get_space()
-        self._mspaces: dict[tuple, Any] = {}
-
-    def set_extent(self, shape: tuple) -> None:
-        self.ds.id.set_extent(shape)
-        self._fspace = self.ds.id.get_space()
-
-    def write_at(self, start: int, arr: np.ndarray) -> None:
-        """Write ``arr`` into the dataset from row ``start`` (within the extent)."""
-        arr = np.ascontiguousarray(arr, self.dtype)
-        mspace = self._mspaces.get(arr.shape)
-        if mspace is None:
-            if len(self._mspaces) > 32:
-                self._mspaces.clear()
-            mspace = self._mspaces[arr.shape] = h5s.create_simple(arr.shape)
-        self._fspace.select_hyperslab((start, *(0,) * (arr.ndim - 1)), arr.shape)
-        self.ds.id.write(mspace, self._fspace, arr, self._mtype)
-
-
 def _bad(path: Path, why: str) -> DumpFormatError:
     return DumpFormatError(f"monitor file {str(path)!r}: {why}")
 
