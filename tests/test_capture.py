@@ -917,3 +917,16 @@ def test_stop_and_start_within_a_step_summarises_seen_tensors_again(tmp_path):
     assert (row["max"], row["min"], row["mean"]) == (5.0, 0.0, 2.5)
     assert row["producer"] == "Torch.relu.0.forward"
     assert row["tensor_id"] == calls.loc["Torch.relu.0.forward.output.0", "tensor_id"]
+
+
+def test_scalar_descriptions_are_cached_without_mixing_equal_values():
+    """describe_value caches plain scalars by (type, value): values equal across types or signs still render
+    apart, in any order (-0.0 == 0.0, True == 1 == 1.0)."""
+    from msprobe_nb.capture.leaves import describe_value
+
+    for _ in range(2):  # the second pass reads the cache
+        for v, want in [(0.0, ("float", "0.0")), (-0.0, ("float", "-0.0")), (1, ("int", "1")),
+                        (True, ("bool", "true")), (1.0, ("float", "1.0")), (False, ("bool", "false")),
+                        (0, ("int", "0")), (float("nan"), ("float", '"nan"')), (float("-inf"), ("float", '"-inf"')),
+                        ("1", ("str", '"1"'))]:
+            assert describe_value(v) == want, v

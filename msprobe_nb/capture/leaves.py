@@ -82,8 +82,31 @@ class RecordedValue:
         self.type_name, self.text = type_name, text
 
 
+#: (type, value) -> (type name, JSON text) of the plain scalars calls pass again and again (an optimizer's lr
+#: and betas, a dim, an eps): a dict lookup instead of a rendering per row. Zero floats are left out (-0.0
+#: equals 0.0 but renders apart).
+_SCALAR_TEXT: dict[tuple[type, Any], tuple[str, str]] = {}
+_SCALAR_TYPES = (bool, int, float, str)
+
+
 def describe_value(x: Any) -> tuple[str, str]:
     """(type name, JSON text) for a non-tensor leaf, in msprobe's vocabulary (torch.dtype, slice, ...)."""
+    kind = type(x)
+    if kind in _SCALAR_TYPES:
+        key = (kind, x)
+        got = _SCALAR_TEXT.get(key)
+        if got is None:
+            got = _describe(x)
+            # not 0.0 / -0.0 (NaN is truthy: its text is the same whatever NaN), nor long strings
+            if (x or kind is not float) and (kind is not str or len(x) <= 64):
+                if len(_SCALAR_TEXT) >= 4096:
+                    _SCALAR_TEXT.clear()
+                _SCALAR_TEXT[key] = got
+        return got
+    return _describe(x)
+
+
+def _describe(x: Any) -> tuple[str, str]:
     if type(x) is RecordedValue:
         return x.type_name, x.text
     if isinstance(x, bool):
