@@ -426,6 +426,37 @@ def test_norms_match_torchs_on_either_path(monkeypatch, kernel):
         assert torch.allclose(got, want, rtol=1e-6, equal_nan=True), (got, want)
 
 
+def test_gradient_norms_stay_right_as_the_gradients_come_and_go(tmp_path):
+    """Norms alone (the C kernel's path): a step where a parameter has no gradient has no row for it, the next
+    step has again; each step's rows are its own gradients' norms, a main_grad set mid-run included."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _data()
+    want = []
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "m"), stats=("norm",), alerts=False) as mon:
+        for step in range(8):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            if step in (2, 5):
+                model.fc2.bias.grad = None  # this step, fc2.bias has no gradient
+            if step == 6:
+                model.fc1.weight.main_grad = torch.full_like(model.fc1.weight, 0.25)
+            grads = {n: (p.__dict__.get("main_grad", p.grad)).norm().item()
+                     for n, p in model.named_parameters() if p.grad is not None}
+            opt.step()
+            want.append(grads)
+            mon.step()
+    st = mp.load_monitor(tmp_path / "m").stats
+    g = st[st["kind"] == "grad"]
+    for step, grads in enumerate(want):
+        got = dict(zip(g.loc[g["step"] == step, "name"], g.loc[g["step"] == step, "norm"], strict=True))
+        assert got.keys() == grads.keys(), step
+        for n, v in grads.items():
+            assert got[n] == pytest.approx(v, rel=1e-6), (step, n)
+    assert "fc2.bias" not in set(g.loc[g["step"].isin([2, 5]), "name"])
+
+
 class Odd(nn.Module):
     """A layer no step uses (no gradient) and a frozen one beside the used ones."""
 
