@@ -349,6 +349,96 @@ def test_megatron_main_grad_is_read_where_a_parameter_has_one(tmp_path):
     assert s.loc[("grad", "fc1.weight"), "norm"] == pytest.approx(model.fc1.weight.grad.norm().item(), rel=1e-6)
 
 
+def test_a_checkpointed_llama_is_monitored_bitwise_and_a_planted_gradient_is_named(tmp_path):
+    """A Llama from a config (random weights) with activation checkpointing: norms alone (the C kernel's
+    path) change no bit of the losses or gradients; a gradient scaled in one layer at step 3 of one run is
+    where compare_monitors says the runs part."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: no Llama to try")
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=64, max_position_embeddings=16, use_cache=False)
+    target = "model.layers.1.mlp.down_proj.weight"
+
+    def run(path, plant=False):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        mon = mp.Monitor(model, opt, dump_path=str(path), stats=("norm",), activations=r"^model\.layers\.\d+$",
+                         alerts=False) if path else None
+        ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+        losses = []
+        for step in range(5):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            if plant and step == 3:
+                model.get_parameter(target).grad.mul_(1.5)
+            opt.step()
+            losses.append(loss.detach())
+            if mon:
+                mon.step(loss=loss)
+        if mon:
+            mon.close()
+        return losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain, plain_g = run(None)
+    watched, g = run(tmp_path / "a")
+    assert all(torch.equal(a, b) for a, b in zip(plain, watched, strict=True))
+    assert plain_g.keys() == g.keys() and all(torch.equal(plain_g[n], g[n]) for n in plain_g)
+    run(tmp_path / "b", plant=True)
+    fd = mp.compare_monitors(tmp_path / "b", tmp_path / "a").first_divergence()
+    assert (fd.step, fd.name, fd.kind) == (3, target, "grad") and fd.norm_ratio == pytest.approx(1.5, rel=1e-5)
+    acts = mp.load_monitor(tmp_path / "a").stats
+    assert set(acts.loc[acts["kind"] == "act", "name"]) == {"model.layers.0", "model.layers.1"}
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "non-reentrant, no early stop", "non-reentrant"])
+def test_activation_checkpointing_s_recompute_is_not_a_second_call(tmp_path, mode):
+    """A checkpointed block runs its forward again inside backward: its output and output-gradient rows are
+    those of the run without checkpointing (one call each, not two outputs' worth)."""
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x))
+
+    class Stack(nn.Module):
+        def __init__(self, ckpt):
+            super().__init__()
+            self.blocks, self.ckpt = nn.ModuleList([Block(), Block()]), ckpt
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=mode == "reentrant") if self.ckpt else b(x)
+            return x.square().sum()
+
+    def rows(ckpt, path):
+        torch.manual_seed(0)
+        model = Stack(ckpt)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with mp.Monitor(model, opt, dump_path=str(path), stats=("norm",), activations=r"^blocks\.\d+$",
+                        alerts=False) as mon:
+            for _ in range(2):
+                opt.zero_grad()
+                x = torch.randn(4, 8, requires_grad=True)
+                with set_checkpoint_early_stop(mode != "non-reentrant, no early stop"):
+                    model(x).backward()
+                opt.step()
+                mon.step()
+        st = mp.load_monitor(path).stats
+        return st.loc[st["kind"].isin(["act", "act_grad"]), ["step", "kind", "name", "norm", "numel"]] \
+            .sort_values(["step", "kind", "name"]).values.tolist()
+
+    plain, checkpointed = rows(False, tmp_path / "plain"), rows(True, tmp_path / "ckpt")
+    assert len(plain) == 8 and all(r[4] == 32 for r in plain)
+    assert checkpointed == plain
+
+
 def test_main_grad_defined_by_a_parameter_class_is_read_too(tmp_path):
     """A parameter class may define ``main_grad`` itself (a property) rather than on each object: still read."""
     class Held(nn.Parameter):

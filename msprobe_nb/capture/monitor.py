@@ -41,6 +41,7 @@ __all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
 DEFAULT_STATS = STATS
 #: activations (or their gradients) held before their aggregates are computed together (bounds the memory held)
 ACT_BATCH = 64
+_graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward
 #: alerts of one rule printed per step (the rest are counted; ``Monitor.alerts`` keeps every one)
 ALERTS_SHOWN = 3
 #: kinds whose norms the spike rule watches (weights and optimizer state move slowly by design)
@@ -208,7 +209,11 @@ class MonitorHooks:
         t = _first_float(out)
         if t is None:
             return
-        self._hold("act", name, t)  # read under no_grad later; the graph holds it until backward anyway
+        # a forward inside autograd's backward is activation checkpointing's recompute (reentrant, or without
+        # its early stop) of an output already held: not a second call. Its gradient hook is still set below,
+        # since a reentrant checkpoint's first forward ran without a graph
+        if _graph_task_id() == -1:
+            self._hold("act", name, t)  # read under no_grad later; the graph holds it until backward anyway
         if with_grad and t.requires_grad:
             node = t.grad_fn
             if node is None:  # a leaf: its own tensor hook
