@@ -276,6 +276,26 @@ def test_a_second_monitor_on_the_same_folder_goes_beside_it(tmp_path):
         mp.Monitor(model, dump_path=str(tmp_path / "m"), on_exists="error")
 
 
+def _train_lm(model, opt, mon, vocab, steps, plant=None):
+    """``steps`` training steps of a Hugging Face causal LM on one fixed batch (``plant(step, model)`` between
+    backward and the optimizer step); the losses and the last gradients, for bitwise comparisons."""
+    ids = torch.randint(0, vocab, (2, 12), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if plant:
+            plant(step, model)
+        opt.step()
+        losses.append(loss.detach())
+        if mon:
+            mon.step(loss=loss)
+    if mon:
+        mon.close()
+    return losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 def test_a_gpt2_model_from_a_config_is_monitored_without_changing_it(tmp_path):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed: no GPT-2 to try")
     cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=16,
@@ -287,19 +307,7 @@ def test_a_gpt2_model_from_a_config_is_monitored_without_changing_it(tmp_path):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         mon = mp.Monitor(model, opt, dump_path=str(path), activations=r"^transformer\.h\.\d+$", signs=True) \
             if path else None
-        ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = model(ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
-            if mon:
-                mon.step(loss=loss)
-        if mon:
-            mon.close()
-        return losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return _train_lm(model, opt, mon, 97, 3)
 
     plain, plain_g = run(None)
     watched, g = run(tmp_path / "gpt2")
@@ -358,6 +366,10 @@ def test_a_checkpointed_llama_is_monitored_bitwise_and_a_planted_gradient_is_nam
                                    num_key_value_heads=1, vocab_size=64, max_position_embeddings=16, use_cache=False)
     target = "model.layers.1.mlp.down_proj.weight"
 
+    def _scale_at_3(step, model):
+        if step == 3:
+            model.get_parameter(target).grad.mul_(1.5)
+
     def run(path, plant=False):
         torch.manual_seed(0)
         model = transformers.LlamaForCausalLM(cfg)
@@ -366,21 +378,7 @@ def test_a_checkpointed_llama_is_monitored_bitwise_and_a_planted_gradient_is_nam
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         mon = mp.Monitor(model, opt, dump_path=str(path), stats=("norm",), activations=r"^model\.layers\.\d+$",
                          alerts=False) if path else None
-        ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
-        losses = []
-        for step in range(5):
-            opt.zero_grad()
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            if plant and step == 3:
-                model.get_parameter(target).grad.mul_(1.5)
-            opt.step()
-            losses.append(loss.detach())
-            if mon:
-                mon.step(loss=loss)
-        if mon:
-            mon.close()
-        return losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return _train_lm(model, opt, mon, 64, 5, _scale_at_3 if plant else None)
 
     plain, plain_g = run(None)
     watched, g = run(tmp_path / "a")
