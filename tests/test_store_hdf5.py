@@ -146,6 +146,8 @@ def test_tensors_round_trip_bit_exact(tmp_path):
     tensors["transposed"] = torch.arange(12.0).reshape(3, 4).t()
     tensors["grad"] = torch.ones(3, requires_grad=True) * 2
     tensors["conj"] = torch.tensor([1 + 2j, 3 - 4j]).conj()
+    tensors["negative view"] = torch._neg_view(torch.tensor([1.5, -2.0, 0.0]))  # its memory holds -values
+    tensors["parameter"] = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
     tensors["big"] = torch.randn(300, 500)
     tensors["several chunks"] = torch.randn(700_001)  # > two 1 MiB buffer chunks, odd length
     with DumpWriter(tmp_path / "d", rank=0) as w:

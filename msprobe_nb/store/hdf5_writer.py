@@ -61,6 +61,33 @@ class DumpWriteError(OSError):
         self.step, self.path = step, path
 
 
+#: (plain tensor types, {dtype: its name}, the strided layout) for :func:`_plain_tensor_bytes`; filled on first
+#: use (the store imports torch only when it is handed tensors)
+_PLAIN: tuple[tuple[type, ...], dict[Any, str], Any] | None = None
+
+
+def _plain_tensor_bytes(t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]] | None:
+    """The common case of ``DumpWriter._tensor_bytes`` in a few attribute reads: a plain, contiguous CPU tensor
+    of a dtype numpy holds, neither conjugated nor negated, is viewed as it is (the same bytes as the general
+    path). None for anything else, which the general path converts or refuses."""
+    global _PLAIN
+    if _PLAIN is None:
+        import torch
+
+        _PLAIN = ((torch.Tensor, torch.nn.Parameter), {d: str(d) for d in (
+            torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+            torch.uint8, torch.bool)}, torch.strided)
+    types, names, strided = _PLAIN
+    if type(t) not in types:
+        return None
+    dtype = names.get(t.dtype)
+    if dtype is None or t.layout is not strided or not t.is_cpu or not t.is_contiguous() or t.is_neg():
+        return None
+    arr = t.detach().numpy() if t.requires_grad else t.numpy()
+    width = arr.itemsize
+    return width, arr.reshape(-1).view(f"uint{8 * width}"), dtype, tuple(t.shape)
+
+
 class DumpWriter:
     """Append steps of the calls table (plus stacks, module tree and tensors) to ``dump_dir/rank{rank}.h5``.
 
@@ -338,6 +365,9 @@ class DumpWriter:
     def _tensor_bytes(self, name: str, t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]]:
         import torch
 
+        plain = _plain_tensor_bytes(t)
+        if plain is not None:
+            return plain
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}")
         if t.layout != torch.strided:
