@@ -83,7 +83,7 @@ def _plain_tensor_bytes(t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]] 
     dtype = names.get(t.dtype)
     if dtype is None or t.layout is not strided or not t.is_cpu or not t.is_contiguous() or t.is_neg():
         return None
-    arr = t.detach().numpy() if t.requires_grad else t.numpy()
+    arr = t.numpy(force=True) if t.requires_grad else t.numpy()  # force: no detach() (a view all the same)
     width = arr.itemsize
     return width, arr.reshape(-1).view(f"uint{8 * width}"), dtype, tuple(t.shape)
 
