@@ -89,22 +89,19 @@ class DatasetWriter:
     dataspace per block shape. A step writes several datasets right after the step's own work, and building
     these objects again for each write cost more than the write itself."""
 
-    __slots__ = ("ds", "dtype", "_mtype", "_fspace", "_mspaces")
+    __slots__ = ("ds", "dtype", "length", "_mtype", "_fspace", "_mspaces")
 
     def __init__(self, ds: h5py.Dataset) -> None:
         self.ds, self.dtype = ds, ds.dtype
+        self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
         self._fspace = ds.id.get_space()
         self._mspaces: dict[tuple, Any] = {}
 
-    @property
-    def length(self) -> int:
-        """The extent of the first dimension."""
-        return self.ds.id.shape[0]
-
     def set_extent(self, shape: tuple[int, ...]) -> None:
         self.ds.id.set_extent(shape)
         self._fspace = self.ds.id.get_space()
+        self.length = shape[0]
 
     def write_at(self, start: tuple[int, ...], block: np.ndarray) -> None:
         """``ds[start : start + block.shape] = block`` (within the extent)."""
