@@ -297,6 +297,26 @@ def test_md5_and_tensor_tasks(tmp_path):
     assert torch.equal(pre, torch.relu(x - 2)) and torch.equal(post, torch.relu(x - 2) + 1)
 
 
+def test_the_tensor_task_keeps_every_kind_of_input_exactly(tmp_path):
+    """Saved inputs read back with their dtype, shape and bits, whichever way the copy was made: numpy for the
+    dtypes numpy holds (a 0-d tensor and a transposed view too), a torch clone for bfloat16, complex, a
+    negative view and a tensor over NUMPY_COPY_MAX_BYTES."""
+    inputs = {"scalar": torch.tensor(1.5), "transposed": torch.arange(6.0).reshape(2, 3).t(),
+              "ints": torch.arange(4), "flags": torch.tensor([True, False]), "half": torch.ones(3, dtype=torch.float16),
+              "bf16": torch.ones(3, dtype=torch.bfloat16) / 3, "complex": torch.tensor([1 + 2j, -3j]),
+              "negative view": torch._neg_view(torch.tensor([1.0, -2.0])), "large": torch.randn(100, 200)}
+    with msprobe_nb.record(dump_path=tmp_path / "t", task="tensor"):
+        for t in inputs.values():
+            torch.clone(t)
+    parts = read_hdf5(tmp_path / "t")
+    c = parts.calls.set_index("name")
+    for i, (what, t) in enumerate(inputs.items()):
+        got = parts.tensor_loader(c.loc[f"Torch.clone.{i}.forward.input.0", "data_name"])
+        assert got.dtype == t.dtype and got.shape == t.shape, what
+        want = t.resolve_neg().contiguous()
+        assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), what
+
+
 # ---------------------------------------------------------------- names as msprobe writes them
 @pytest.mark.skipif(not TOY.exists(), reason=f"msprobe interop data not found at {TOY}")
 def test_names_and_statistics_line_up_with_msprobe_dump(tmp_path):

@@ -166,6 +166,24 @@ def test_tensors_round_trip_bit_exact(tmp_path):
         load("nope")
 
 
+def test_numpy_arrays_handed_as_tensors_read_back_as_torch_tensors(tmp_path):
+    """The recorder hands its host copies as numpy arrays: each is stored as the torch dtype of its numpy
+    dtype, shape kept (a 0-d array too) and values bit for bit; a dtype torch lacks is refused by name."""
+    rng = np.random.default_rng(0)
+    arrays = {"scalar": np.array(2.5, np.float32), "empty": np.zeros((0, 3), np.int64),
+              "half": rng.standard_normal((2, 3)).astype(np.float16), "flags": np.array([True, False]),
+              "strided": np.arange(24.0).reshape(4, 6)[:, ::2], "bytes": np.arange(5, dtype=np.uint8)}
+    with DumpWriter(tmp_path / "d", rank=0) as w:
+        w.write_step(0, {"data_name": list(arrays)}, {}, {}, arrays)
+        with pytest.raises(TypeError, match="'bad'.*numpy dtype uint16"):
+            w.write_step(1, {"data_name": ["bad"]}, {}, {}, {"bad": np.zeros(2, np.uint16)})
+    load = read_hdf5(tmp_path / "d").tensor_loader
+    for name, a in arrays.items():
+        got = load(name)
+        assert str(got.dtype) == f"torch.{a.dtype}" and tuple(got.shape) == a.shape, name
+        assert np.array_equal(got.numpy(), a), name
+
+
 @pytest.mark.parametrize("compression", ["same", None])
 def test_tensor_reads_through_the_block_cache(tmp_path, compression, monkeypatch):
     """Many tensors across several cache blocks, in and out of order; callers may modify what they get."""

@@ -247,6 +247,28 @@ def _crc32(t: torch.Tensor) -> str:
     return f"{zlib.crc32(memoryview(raw)):08x}"
 
 
+#: dtypes whose CPU tensors the tensor task keeps as numpy copies (the writer stores them as these dtypes)
+_NUMPY_HELD = frozenset((torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+                         torch.uint8, torch.bool))
+
+
+#: up to this many bytes a numpy copy is cheaper than torch's clone; above, numpy's fresh allocation (and its
+#: first-touch page faults) makes it slower (benchmarks/README.md, the tensor task)
+NUMPY_COPY_MAX_BYTES = 1 << 16
+
+
+def _host_copy(d: torch.Tensor) -> Any:
+    """The tensor task's copy of the CPU tensor ``d`` (detached), in row-major order: for a small tensor of a
+    dtype numpy holds, a numpy array (cheaper to make than a torch clone, and the writer views it as it is);
+    else a contiguous torch clone (large tensors, bfloat16, complex, a negative or conjugate view)."""
+    if d.dtype in _NUMPY_HELD and d.nbytes <= NUMPY_COPY_MAX_BYTES:
+        try:
+            return d.numpy().copy()
+        except (RuntimeError, TypeError):  # a negative view and the like
+            pass
+    return d.clone(memory_format=torch.contiguous_format)
+
+
 def has_storage(t: torch.Tensor) -> bool:
     """False for meta, fake and other tensors without data, whose values cannot be summarised."""
     if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
@@ -303,8 +325,7 @@ class Summarizer:
         if self.want_hash:
             self._hashes.append(_crc32(d) if on_cpu else d.to("cpu", non_blocking=True))
         if self.keep_tensors:
-            self.tensors.append(d.clone(memory_format=torch.contiguous_format) if on_cpu
-                                else d.to("cpu", non_blocking=True))
+            self.tensors.append(_host_copy(d) if on_cpu else d.to("cpu", non_blocking=True))
         return len(values) - 1
 
     def _float32(self, t: torch.Tensor, n: int) -> None:

@@ -66,6 +66,25 @@ class DumpWriteError(OSError):
 _PLAIN: tuple[tuple[type, ...], dict[Any, str], Any] | None = None
 
 
+#: numpy dtypes a tensor may be handed as (native byte order) and the torch dtype each is stored as
+_NUMPY_TENSOR_DTYPES = {np.dtype(n): f"torch.{t}" for n, t in (
+    ("float64", "float64"), ("float32", "float32"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
+    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("bool", "bool"))}
+
+
+def _numpy_tensor_bytes(name: str, a: np.ndarray) -> tuple[int, np.ndarray, str, tuple[int, ...]]:
+    """A numpy array handed as a tensor (the recorder's host copies are): stored as the torch dtype of the same
+    name, read back as a torch tensor."""
+    dtype = _NUMPY_TENSOR_DTYPES.get(a.dtype)
+    if dtype is None:
+        raise TypeError(f"tensor {name!r}: numpy dtype {a.dtype} has no torch dtype to store it as "
+                        f"(expected one of {', '.join(sorted(str(d) for d in _NUMPY_TENSOR_DTYPES))})")
+    shape = a.shape  # before ascontiguousarray, which makes a 0-d array 1-d
+    flat = np.ascontiguousarray(a).reshape(-1)
+    width = a.itemsize
+    return width, flat.view(f"uint{8 * width}"), dtype, shape
+
+
 def _plain_tensor_bytes(t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]] | None:
     """The common case of ``DumpWriter._tensor_bytes`` in a few attribute reads: a plain, contiguous CPU tensor
     of a dtype numpy holds, neither conjugated nor negated, is viewed as it is (the same bytes as the general
@@ -365,6 +384,8 @@ class DumpWriter:
     def _tensor_bytes(self, name: str, t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]]:
         import torch
 
+        if type(t) is np.ndarray:
+            return _numpy_tensor_bytes(name, t)
         plain = _plain_tensor_bytes(t)
         if plain is not None:
             return plain
@@ -387,6 +408,9 @@ class DumpWriter:
                    construct: Mapping[str, str | None] | None = None,
                    tensors: Mapping[str, Any] | None = None, *, partial: bool = False) -> None:
         """Append one step and make it durable; raises ValueError/TypeError before writing on bad input.
+
+        ``tensors`` maps data names to torch tensors, or to numpy arrays of a dtype torch shares (stored as
+        that torch dtype; the recorder hands its host copies so).
 
         ``partial=True`` flags the step as cut short by an exception (``FLAG_PARTIAL``); readers show it."""
         if self._file is None:
