@@ -84,7 +84,7 @@ class RecordedValue:
 
 #: (type, value) -> (type name, JSON text) of the plain scalars calls pass again and again (an optimizer's lr
 #: and betas, a dim, an eps): a dict lookup instead of a rendering per row. Zero floats are left out (-0.0
-#: equals 0.0 but renders apart).
+#: equals 0.0 but renders apart), and NaN.
 _SCALAR_TEXT: dict[tuple[type, Any], tuple[str, str]] = {}
 _SCALAR_TYPES = (bool, int, float, str)
 
@@ -97,8 +97,8 @@ def describe_value(x: Any) -> tuple[str, str]:
         got = _SCALAR_TEXT.get(key)
         if got is None:
             got = _describe(x)
-            # not 0.0 / -0.0 (NaN is truthy: its text is the same whatever NaN), nor long strings
-            if (x or kind is not float) and (kind is not str or len(x) <= 64):
+            # not 0.0 / -0.0, nor NaN (each NaN object would be a new key), nor long strings
+            if (kind is not float or (x and x == x)) and (kind is not str or len(x) <= 64):
                 if len(_SCALAR_TEXT) >= 4096:
                     _SCALAR_TEXT.clear()
                 _SCALAR_TEXT[key] = got
