@@ -11,15 +11,13 @@ import numpy as np
 
 __all__ = ["tensor_bytes"]
 
-#: (plain tensor types, {dtype: its name}, the strided layout) for :func:`_plain_tensor_bytes`; filled on first
-#: use (the store imports torch only when it is handed tensors)
+#: the dtypes numpy and torch share by name: numpy arrays of these (native byte order) are stored as the torch
+#: dtype of the same name, and plain CPU tensors of these are viewed through numpy as they are
+SHARED_DTYPES = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+_NUMPY_TENSOR_DTYPES = {np.dtype(n): f"torch.{n}" for n in SHARED_DTYPES}
+#: (plain tensor types, {torch dtype: its name}, the strided layout) for :func:`_plain_tensor_bytes`; filled on
+#: first use (the store imports torch only when it is handed tensors)
 _PLAIN: tuple[tuple[type, ...], dict[Any, str], Any] | None = None
-
-
-#: numpy dtypes a tensor may be handed as (native byte order) and the torch dtype each is stored as
-_NUMPY_TENSOR_DTYPES = {np.dtype(n): f"torch.{t}" for n, t in (
-    ("float64", "float64"), ("float32", "float32"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
-    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("bool", "bool"))}
 
 
 def _numpy_tensor_bytes(name: str, a: np.ndarray) -> tuple[int, np.ndarray, str, tuple[int, ...]]:
@@ -36,16 +34,15 @@ def _numpy_tensor_bytes(name: str, a: np.ndarray) -> tuple[int, np.ndarray, str,
 
 
 def _plain_tensor_bytes(t: Any) -> tuple[int, np.ndarray, str, tuple[int, ...]] | None:
-    """The common case of ``DumpWriter._tensor_bytes`` in a few attribute reads: a plain, contiguous CPU tensor
+    """The common case of :func:`tensor_bytes` in a few attribute reads: a plain, contiguous CPU tensor
     of a dtype numpy holds, neither conjugated nor negated, is viewed as it is (the same bytes as the general
     path). None for anything else, which the general path converts or refuses."""
     global _PLAIN
     if _PLAIN is None:
         import torch
 
-        _PLAIN = ((torch.Tensor, torch.nn.Parameter), {d: str(d) for d in (
-            torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-            torch.uint8, torch.bool)}, torch.strided)
+        _PLAIN = ((torch.Tensor, torch.nn.Parameter), {getattr(torch, n): f"torch.{n}" for n in SHARED_DTYPES},
+                  torch.strided)
     types, names, strided = _PLAIN
     if type(t) not in types:
         return None
@@ -61,13 +58,13 @@ def tensor_bytes(name: str, t: Any) -> tuple[int, np.ndarray, str, tuple[int, ..
     """(width, the bytes viewed as unsigned integers of that width, the torch dtype's name, the shape) of the
     tensor ``name`` handed to the writer: a torch tensor (moved to the CPU, conjugate and negative views
     resolved, made contiguous) or a numpy array of a dtype torch shares. TypeError for what cannot be stored."""
-    import torch
-
     if type(t) is np.ndarray:
         return _numpy_tensor_bytes(name, t)
     plain = _plain_tensor_bytes(t)
     if plain is not None:
         return plain
+    import torch
+
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}")
     if t.layout != torch.strided:
