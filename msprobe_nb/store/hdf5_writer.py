@@ -170,7 +170,6 @@ class DumpWriter:
         self._new_shapes: list[tuple[int, ...]] = []
         self._stack_ids: set[int] = set()
         self._buffer_ends = dict.fromkeys(TENSOR_WIDTHS, 0)
-        self._index_rows = 0  # extent of /index/steps: committed rows plus fill rows of the last chunk
         self._rows = 0  # rows of /index/steps written: commits and dropped-step marks
         self._index_alloc = 0  # rows of /index/steps in allocated chunks (a multiple of INDEX_BLOCK)
         self._pending_drops: list[tuple[int, int]] = []  # (step, flags) marks the disk has not taken yet
@@ -484,10 +483,8 @@ class DumpWriter:
         no metadata half-changed.
         """
         end = self._rows + n
-        if end > self._index_rows:
-            rows = -(-end // INDEX_BLOCK) * INDEX_BLOCK
-            self._index_writer.set_extent((rows, len(INDEX_FIELDS)))
-            self._index_rows = rows
+        if end > self._index_writer.length:  # the extent: committed rows plus fill rows of the last chunk
+            self._index_writer.set_extent((-(-end // INDEX_BLOCK) * INDEX_BLOCK, len(INDEX_FIELDS)))
         while self._index_alloc < end:
             self._index_writer.write_at((self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
             self._index_alloc += INDEX_BLOCK

@@ -148,7 +148,7 @@ class MonitorWriter:
         self._kind = {k: i for i, k in enumerate(KINDS)}
         self._len = dict.fromkeys(_TABLES, 0)
         self._last: tuple | None = None  # (names, ids, kinds, ids) of the last step: most steps repeat them
-        self._index_rows = self._index_alloc = self._commits = 0
+        self._index_alloc = self._commits = 0
         self.steps_written = 0
 
     def _create(self, meta: dict) -> None:
@@ -182,18 +182,15 @@ class MonitorWriter:
             raise
         self._f = f
         self._ds = {name: DatasetWriter(f[name]) for name in [*_TABLES, "index/steps"]}
-        self._cap = dict.fromkeys(self._ds, 0)
 
     def _append(self, name: str, arr: np.ndarray) -> None:
         """Write ``arr`` after the committed rows of ``name`` (a failed step's leftovers are overwritten). The
         extent grows by at least half at a time (readers go by the commits, not by the extent)."""
         table, start = self._ds[name], self._len[name]
         end = start + len(arr)
-        if end > self._cap[name]:
+        if end > table.length:
             ds = table.ds
-            cap = max(end, self._cap[name] * 3 // 2, ds.chunks[0])
-            table.set_extent((cap, *ds.shape[1:]))
-            self._cap[name] = cap
+            table.set_extent((max(end, table.length * 3 // 2, ds.chunks[0]), *ds.shape[1:]))
         if len(arr):
             table.write_at((start, *(0,) * (arr.ndim - 1)), arr)
         self._pending[name] = end
@@ -265,9 +262,8 @@ class MonitorWriter:
     def _reserve_index(self) -> None:
         """Allocate (before the flush) the chunk the next commit row lands in, so writing it changes no metadata."""
         table = self._ds["index/steps"]
-        if self._commits + 1 > self._index_rows:
-            self._index_rows = -(-(self._commits + 1) // INDEX_BLOCK) * INDEX_BLOCK
-            table.set_extent((self._index_rows, len(INDEX_FIELDS)))
+        if self._commits + 1 > table.length:
+            table.set_extent((-(-(self._commits + 1) // INDEX_BLOCK) * INDEX_BLOCK, len(INDEX_FIELDS)))
         if self._index_alloc <= self._commits:
             table.write_at((self._index_alloc, 0), np.zeros((1, len(INDEX_FIELDS)), np.int64))
             self._index_alloc += INDEX_BLOCK
