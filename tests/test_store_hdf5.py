@@ -622,3 +622,12 @@ def test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_st
     assert c["name"].tolist() == list(names) * 2 + [f"z{i}" for i in range(5)]
     assert c["producer"].tolist() == [""] * 10 + list(m_names)
     assert c["shape"].tolist() == [(1, 2)] * 15 and c["call_index"].tolist() == [0, 1, 2, 3, 4] * 2 + [0] * 5
+
+
+def test_the_recorder_keeps_numpy_copies_only_of_dtypes_the_writer_stores():
+    """capture (stats._NUMPY_HELD) and the store (tensor_bytes.SHARED_DTYPES) each list the dtypes kept as numpy
+    copies, since neither layer imports the other's list: they must stay the same set."""
+    from msprobe_nb.capture.stats import _NUMPY_HELD
+    from msprobe_nb.store.tensor_bytes import SHARED_DTYPES
+
+    assert _NUMPY_HELD == {getattr(torch, n) for n in SHARED_DTYPES}
