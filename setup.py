@@ -1,10 +1,11 @@
 """Builds msprobe_nb's optional C extensions; everything else about the package is in pyproject.toml.
 
 * ``msprobe_nb.capture._fused_stats``: a float32 CPU tensor's max, min, sum and norm in one pass;
-* ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+).
+* ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+);
+* ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values.
 
-Both are optional: where no C compiler is found the install goes on without them, and the same results
-come from torch's reductions and a Python frame walk (slower recording).
+All are optional: where no C compiler is found the install goes on without them, and the same results
+come from torch's reductions, a Python frame walk and Python row building (slower recording).
 """
 import sys
 
@@ -12,7 +13,10 @@ from setuptools import Extension, setup
 
 ARGS = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
 
-EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"],
+HEADERS = ["msprobe_nb/capture/_stats_pass.h"]  # the kernel both statistics extensions include
+EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"], depends=HEADERS,
+                        extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.capture._row_builder", ["msprobe_nb/capture/_row_builder.c"], depends=HEADERS,
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],

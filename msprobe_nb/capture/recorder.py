@@ -25,8 +25,17 @@ from msprobe_nb.capture.leaves import describe_value, leaves
 from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.overflow_watch import OverflowWatch
 from msprobe_nb.capture.stacks import StackTable
-from msprobe_nb.capture.stats import NAN, Summarizer  # NAN: numel, requires_grad, tensor_id of non-tensor rows
+from msprobe_nb.capture.stats import (  # NAN: numel, requires_grad, tensor_id of non-tensor rows
+    NAN,
+    PLAIN_TENSORS,
+    Summarizer,
+)
 from msprobe_nb.store.schema import Coded
+
+try:  # optional C extension (setup.py): the rows of plain tensors, None and values without a Python loop
+    from msprobe_nb.capture._row_builder import build_rows as _build_rows
+except ImportError:  # built without a compiler: add_rows' own loop gives the same rows
+    _build_rows = None
 
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward (a recompute)
 # Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
@@ -74,6 +83,12 @@ class Recorder:
         self._ios = _Vocab(("input", "output", "parameters", "parameters_grad"))
         self._dtypes = _Vocab(("",))  # code 0: no dtype (values, None); torch dtypes added as they are met
         self._devices = _Vocab(("", "cpu"))
+        self.build_rows = _build_rows  # None: the Python loop (also what tests compare the C rows with)
+        # what build_rows calls back and the constants of its rows (its C side documents the order)
+        summ = self.summarizer
+        self._row_ctx = (self, summ, summ.summarize, summ.uses_kernel(), self._dtypes.codes, self._dtypes.code,
+                         self._device_code, describe_value, self._row_of, NAN, DEVICE_CPU, PLAIN_TENSORS, torch.Tensor,
+                         torch.float32, torch.strided)
         self.reset_step()
 
     def working(self) -> _Working:
@@ -213,31 +228,35 @@ class Recorder:
             k = c.slot = len(calls)
             calls.append(c)
         rows = self.rows
-        seen = self._seen
-        dtypes = self._dtypes
-        dtype_codes = dtypes.codes
         io_code = self._ios.codes.get(io)
         if io_code is None:
             io_code = self._ios.code(io)
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
+        if self.build_rows is not None:
+            self.build_rows(rows, items, k, base, io_code, is_kwarg, set_producer, c.call, self._seen, self._row_ctx)
+            return
+        call = c.call
         for path, leaf in items:
-            name = f"{base}.{path}" if path else base
-            if isinstance(leaf, torch.Tensor):
-                e = seen.get(id(leaf))
-                if e is not None and e[0]() is leaf and not set_producer and e[1] == leaf._version:
-                    idx, tid, producer = e[2], e[3], e[4]  # seen unchanged: the common case for inputs
-                else:
-                    idx, tid, producer = self._first_sight(leaf, e, c.call, set_producer)
-                dt = leaf.dtype
-                rows.append((k, name, io_code, path, is_kwarg, KIND_TENSOR, dtype_codes.get(dt) or dtypes.code(dt),
-                             tuple(leaf.shape), leaf.numel(), DEVICE_CPU if leaf.is_cpu else self._device_code(leaf),
-                             leaf.requires_grad, idx, "", "", tid, producer))
-            elif leaf is None:
-                rows.append((k, name, io_code, path, is_kwarg, KIND_NONE, 0, None, NAN, 0, NAN, -1, "", "", NAN, ""))
+            rows.append(self._row_of(k, base, io_code, path, is_kwarg, leaf, call, set_producer))
+
+    def _row_of(self, k: int, base: str, io_code: int, path: str, is_kwarg: bool, leaf: Any, call: str,
+                set_producer: bool) -> tuple:
+        """The row of one leaf (``k``: its call's slot in ``calls``; ``base``: the name its path extends)."""
+        name = f"{base}.{path}" if path else base
+        if isinstance(leaf, torch.Tensor):
+            e = self._seen.get(id(leaf))
+            if e is not None and e[0]() is leaf and not set_producer and e[1] == leaf._version:
+                idx, tid, producer = e[2], e[3], e[4]
             else:
-                vtype, vtext = describe_value(leaf)
-                rows.append((k, name, io_code, path, is_kwarg, KIND_VALUE, 0, None, NAN, 0, NAN, -1, vtype, vtext,
-                             NAN, ""))
+                idx, tid, producer = self._first_sight(leaf, e, call, set_producer)
+            dt = leaf.dtype
+            return (k, name, io_code, path, is_kwarg, KIND_TENSOR, self._dtypes.code(dt),
+                    tuple(leaf.shape), leaf.numel(), DEVICE_CPU if leaf.is_cpu else self._device_code(leaf),
+                    leaf.requires_grad, idx, "", "", tid, producer)
+        if leaf is None:
+            return (k, name, io_code, path, is_kwarg, KIND_NONE, 0, None, NAN, 0, NAN, -1, "", "", NAN, "")
+        vtype, vtext = describe_value(leaf)
+        return (k, name, io_code, path, is_kwarg, KIND_VALUE, 0, None, NAN, 0, NAN, -1, vtype, vtext, NAN, "")
 
     def _device_code(self, t: torch.Tensor) -> int:
         """Code of a non-CPU tensor's device (add_rows gives CPU tensors DEVICE_CPU itself)."""

@@ -328,6 +328,11 @@ class Summarizer:
             self.tensors.append(_host_copy(d) if on_cpu else d.to("cpu", non_blocking=True))
         return len(values) - 1
 
+    def uses_kernel(self) -> bool:
+        """Whether :meth:`summarize` gives contiguous float32 CPU tensors the C kernel's statistics (and
+        nothing else): the recorder's C row builder then computes those itself (capture/_row_builder.c)."""
+        return self._stats_only and _fused_at is not None
+
     def _float32(self, t: torch.Tensor, n: int) -> None:
         """Append the statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements): from the C kernel,
         else staged in a batch (small tensors), else from torch's reductions."""

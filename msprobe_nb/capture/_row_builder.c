@@ -1,0 +1,458 @@
+/* The recorder's rows for the common leaves of a call, built in C: plain tensors, None and plain values.
+ *
+ * Why: every recorded call appends one row per argument and result (Recorder.add_rows), and in Python the
+ * per-leaf work (a dozen attribute reads, a name, a 16-field tuple) was most of what recording costs a
+ * call beyond the op itself. build_rows does the same for the leaves it knows and hands every other leaf
+ * (a tensor subclass, a path that is not a string) to the recorder's own Python code, row_of, so the two
+ * paths give the same rows (tests/test_row_builder.py holds them equal). A tensor first met, changed in
+ * place, or coming out of the call is given its identity here as Recorder._first_sight does, and its
+ * statistics as Summarizer.summarize does for a finite contiguous float32 CPU tensor (the shared kernel,
+ * _stats_pass.h); any other tensor is summarised by Summarizer.summarize itself.
+ *
+ * setup.py builds it as an optional extension; without it Recorder.add_rows runs its Python loop.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+
+#include "_stats_pass.h"
+
+static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_dot, *s_empty;
+static PyObject *s_layout, *s_is_contiguous, *s_is_neg, *s_data_ptr, *s_values, *s_next_id;
+static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
+
+/* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
+   compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
+   where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built). */
+enum { C_RECORDER, C_SUMMARIZER, C_SUMMARIZE, C_KERNEL, C_DTYPE_CODES, C_DTYPE_CODE, C_DEVICE_CODE, C_DESCRIBE,
+       C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_SIZE };
+
+static PyObject *weak_target(PyObject *ref)
+{
+    /* a borrowed reference to what ref points to (Py_None when dead), or NULL when ref is not a weakref */
+    if (!PyWeakref_Check(ref))
+        return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj;
+    if (PyWeakref_GetRef(ref, &obj) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (obj == NULL)
+        return Py_None;
+    Py_DECREF(obj); /* the caller holds the tensor itself, so a borrowed pointer stays valid */
+    return obj;
+#else
+    return PyWeakref_GetObject(ref);
+#endif
+}
+
+/* 1 and a boolean attribute's value, 0 when false, -1 on error */
+static int attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int method_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_CallMethodNoArgs(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
+   kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
+   statistics-only summarizer; a contiguous, not negated float32 CPU strided tensor with elements, all finite);
+   every other tensor goes to summarize itself. */
+static PyObject *summarize(PyObject *leaf, PyObject *ctx)
+{
+    PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER);
+    int fast = PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True;
+    PyObject *v = NULL;
+    Py_ssize_t n = 0;
+    if (fast) {
+        v = PyObject_GetAttr(leaf, s_dtype);
+        if (v == NULL)
+            return NULL;
+        fast = v == PyTuple_GET_ITEM(ctx, C_FLOAT32);
+        Py_DECREF(v);
+    }
+    if (fast && (fast = attr_true(leaf, s_is_cpu)) < 0)
+        return NULL;
+    if (fast) {
+        v = PyObject_GetAttr(leaf, s_layout);
+        if (v == NULL)
+            return NULL;
+        fast = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
+        Py_DECREF(v);
+    }
+    if (fast) {
+        v = PyObject_CallMethodNoArgs(leaf, s_numel);
+        if (v == NULL)
+            return NULL;
+        n = PyLong_AsSsize_t(v);
+        Py_DECREF(v);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+        fast = n > 0;
+    }
+    if (fast && (fast = method_true(leaf, s_is_contiguous)) < 0)
+        return NULL;
+    if (fast) {
+        int neg = method_true(leaf, s_is_neg);
+        if (neg < 0)
+            return NULL;
+        fast = !neg;
+    }
+    double out[4];
+    if (fast) {
+        v = PyObject_CallMethodNoArgs(leaf, s_data_ptr);
+        if (v == NULL)
+            return NULL;
+        Py_ssize_t address = PyLong_AsSsize_t(v);
+        Py_DECREF(v);
+        if (address == -1 && PyErr_Occurred())
+            return NULL;
+        fast = address != 0;
+        if (fast) {
+            int any_nan;
+            if (n >= (1 << 18)) {
+                Py_BEGIN_ALLOW_THREADS
+                any_nan = stats_pass((const float *)address, n, out);
+                Py_END_ALLOW_THREADS
+            } else {
+                any_nan = stats_pass((const float *)address, n, out);
+            }
+            fast = !any_nan && isfinite(out[0]) && isfinite(out[1]);
+        }
+    }
+    if (!fast)
+        return PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_SUMMARIZE), leaf);
+    /* the kernel's (max, min, sum, norm) as _fused_stats.result gives them, then stats.py's mean = sum / n */
+    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
+    double sum = (double)(float)out[2];
+    PyObject *row = Py_BuildValue("(ddddddd)", out[0], out[1], sum / (double)n, (double)(float)norm, 0.0, 0.0, 0.0);
+    if (row == NULL)
+        return NULL;
+    PyObject *values = PyObject_GetAttr(summ, s_values);
+    if (values == NULL || !PyList_CheckExact(values)) {
+        if (values != NULL)
+            PyErr_SetString(PyExc_TypeError, "the summarizer's values must be a list");
+        Py_XDECREF(values);
+        Py_DECREF(row);
+        return NULL;
+    }
+    int failed = PyList_Append(values, row);
+    Py_DECREF(row);
+    Py_ssize_t idx = PyList_GET_SIZE(values) - 1;
+    Py_DECREF(values);
+    return failed ? NULL : PyLong_FromSsize_t(idx);
+}
+
+/* the recorder's next tensor_id, counted on */
+static PyObject *take_tensor_id(PyObject *rec)
+{
+    PyObject *tid = PyObject_GetAttr(rec, s_next_id);
+    if (tid == NULL)
+        return NULL;
+    PyObject *next = PyNumber_Add(tid, k_one);
+    if (next == NULL || PyObject_SetAttr(rec, s_next_id, next) < 0) {
+        Py_XDECREF(next);
+        Py_DECREF(tid);
+        return NULL;
+    }
+    Py_DECREF(next);
+    return tid;
+}
+
+/* (summary index, tensor_id, producer) of a plain tensor, and its entry in seen, as Recorder._first_sight and
+   the seen check before it give them. An entry is [weakref, version, summary index, tensor_id, producer]. */
+static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer,
+                                 PyObject *ctx)
+{
+    PyObject *rec = PyTuple_GET_ITEM(ctx, C_RECORDER);
+    PyObject *key = PyLong_FromVoidPtr(leaf);
+    if (key == NULL)
+        return NULL;
+    PyObject *got = NULL, *version = NULL, *idx = NULL, *tid = NULL;
+    PyObject *e = PyDict_GetItemWithError(seen, key);
+    if (e == NULL && PyErr_Occurred())
+        goto done;
+    if (e != NULL && !(PyList_CheckExact(e) && PyList_GET_SIZE(e) == 5)) {
+        PyErr_SetString(PyExc_TypeError, "an entry of the recorder's seen tensors is not a list of five");
+        goto done;
+    }
+    int alive = e != NULL && weak_target(PyList_GET_ITEM(e, 0)) == leaf;
+    version = PyObject_GetAttr(leaf, s_version);
+    if (version == NULL)
+        goto done;
+    if (!alive) {  /* a new object (or a dead one's id reused): a new tensor_id and a summary */
+        tid = take_tensor_id(rec);
+        if (tid == NULL)
+            goto done;
+        idx = summarize(leaf, ctx);
+        if (idx == NULL)
+            goto done;
+        PyObject *ref = PyWeakref_NewRef(leaf, NULL);
+        if (ref == NULL) {  /* not weak-referenceable: never cached */
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))
+                goto done;
+            PyErr_Clear();
+        } else {
+            PyObject *entry = PyList_New(5);
+            if (entry == NULL) {
+                Py_DECREF(ref);
+                goto done;
+            }
+            PyObject *producer = set_producer == Py_True ? call : s_empty;
+            Py_INCREF(version);
+            Py_INCREF(idx);
+            Py_INCREF(tid);
+            Py_INCREF(producer);
+            PyList_SET_ITEM(entry, 0, ref);
+            PyList_SET_ITEM(entry, 1, version);
+            PyList_SET_ITEM(entry, 2, idx);
+            PyList_SET_ITEM(entry, 3, tid);
+            PyList_SET_ITEM(entry, 4, producer);
+            int failed = PyDict_SetItem(seen, key, entry);
+            Py_DECREF(entry);
+            if (failed)
+                goto done;
+        }
+        got = PyTuple_Pack(3, idx, tid, s_empty);
+        goto done;
+    }
+    int same = PyObject_RichCompareBool(PyList_GET_ITEM(e, 1), version, Py_EQ);
+    if (same < 0)
+        goto done;
+    Py_INCREF(e);  /* summarize runs Python code: keep the entry while it is changed */
+    if (!same) {  /* changed in place since it was summarised */
+        idx = summarize(leaf, ctx);
+        if (idx == NULL) {
+            Py_DECREF(e);
+            goto done;
+        }
+        Py_INCREF(version);  /* PyList_SetItem steals a reference: done releases ours */
+        PyList_SetItem(e, 1, version);
+        Py_INCREF(idx);
+        PyList_SetItem(e, 2, idx);
+    }
+    if (set_producer == Py_True) {  /* an object seen before comes out of this call: a new identity */
+        tid = take_tensor_id(rec);
+        if (tid == NULL) {
+            Py_DECREF(e);
+            goto done;
+        }
+        Py_INCREF(tid);
+        PyList_SetItem(e, 3, tid);
+        Py_INCREF(call);
+        PyList_SetItem(e, 4, call);
+        got = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), tid, s_empty);
+    } else {
+        got = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), PyList_GET_ITEM(e, 3), PyList_GET_ITEM(e, 4));
+    }
+    Py_DECREF(e);
+done:
+    Py_DECREF(key);
+    Py_XDECREF(version);
+    Py_XDECREF(idx);
+    Py_XDECREF(tid);
+    return got;
+}
+
+static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
+                            PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer, PyObject *ctx)
+{
+    PyObject *row = NULL, *ident = NULL, *dtype = NULL, *code = NULL, *size = NULL, *shape = NULL;
+    PyObject *numel = NULL, *device = NULL, *is_cpu = NULL, *grad = NULL;
+    ident = tensor_identity(leaf, seen, call, set_producer, ctx);
+    if (ident == NULL)
+        goto done;
+    dtype = PyObject_GetAttr(leaf, s_dtype);
+    if (dtype == NULL)
+        goto done;
+    code = PyDict_GetItemWithError(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES), dtype);
+    if (code != NULL && PyObject_IsTrue(code) == 1) {
+        Py_INCREF(code);
+    } else {  /* a dtype met for the first time: the vocabulary gives it a code */
+        if (PyErr_Occurred())
+            goto done;
+        code = PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_DTYPE_CODE), dtype);
+        if (code == NULL)
+            goto done;
+    }
+    size = PyObject_GetAttr(leaf, s_shape);
+    if (size == NULL)
+        goto done;
+    shape = PySequence_Tuple(size);
+    if (shape == NULL)
+        goto done;
+    numel = PyObject_CallMethodNoArgs(leaf, s_numel);
+    if (numel == NULL)
+        goto done;
+    is_cpu = PyObject_GetAttr(leaf, s_is_cpu);
+    if (is_cpu == NULL)
+        goto done;
+    if (is_cpu == Py_True) {
+        device = PyTuple_GET_ITEM(ctx, C_DEVICE_CPU);
+        Py_INCREF(device);
+    } else {
+        device = PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_DEVICE_CODE), leaf);
+        if (device == NULL)
+            goto done;
+    }
+    grad = PyObject_GetAttr(leaf, s_requires_grad);
+    if (grad == NULL)
+        goto done;
+    row = PyTuple_Pack(16, k, name, io, path, is_kwarg, k_tensor, code, shape, numel, device, grad,
+                       PyTuple_GET_ITEM(ident, 0), s_empty, s_empty, PyTuple_GET_ITEM(ident, 1),
+                       PyTuple_GET_ITEM(ident, 2));
+done:
+    Py_XDECREF(ident);
+    Py_XDECREF(dtype);
+    Py_XDECREF(code);
+    Py_XDECREF(size);
+    Py_XDECREF(shape);
+    Py_XDECREF(numel);
+    Py_XDECREF(is_cpu);
+    Py_XDECREF(device);
+    Py_XDECREF(grad);
+    return row;
+}
+
+static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
+                           PyObject *leaf, PyObject *ctx)
+{
+    PyObject *nan = PyTuple_GET_ITEM(ctx, C_NAN);
+    if (leaf == Py_None)
+        return PyTuple_Pack(16, k, name, io, path, is_kwarg, k_none, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
+                            s_empty, s_empty, nan, s_empty);
+    PyObject *d = PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_DESCRIBE), leaf);
+    if (d == NULL)
+        return NULL;
+    PyObject *row = NULL;
+    if (PyTuple_CheckExact(d) && PyTuple_GET_SIZE(d) == 2)
+        row = PyTuple_Pack(16, k, name, io, path, is_kwarg, k_value, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
+                           PyTuple_GET_ITEM(d, 0), PyTuple_GET_ITEM(d, 1), nan, s_empty);
+    else
+        PyErr_SetString(PyExc_TypeError, "describe() must return (type name, text)");
+    Py_DECREF(d);
+    return row;
+}
+
+/* build_rows(rows, items, k, base, io, is_kwarg, set_producer, call, seen, ctx): append to rows one row per
+   (path, leaf) of items, as Recorder.add_rows does. */
+static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "build_rows() takes 10 arguments");
+        return NULL;
+    }
+    PyObject *rows = args[0], *items = args[1], *k = args[2], *base = args[3], *io = args[4], *is_kwarg = args[5];
+    PyObject *set_producer = args[6], *call = args[7], *seen = args[8], *ctx = args[9];
+    if (!PyList_CheckExact(rows) || !PyList_CheckExact(items) || !PyUnicode_Check(base) || !PyDict_Check(seen)
+        || !PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != C_SIZE || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES))
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES))) {
+        PyErr_SetString(PyExc_TypeError, "build_rows() got arguments of the wrong types");
+        return NULL;
+    }
+    PyObject *plain = PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES), *tensor = PyTuple_GET_ITEM(ctx, C_TENSOR);
+    set_producer = PyObject_IsTrue(set_producer) ? Py_True : Py_False;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "build_rows() needs (path, leaf) pairs");
+            return NULL;
+        }
+        PyObject *path = PyTuple_GET_ITEM(item, 0), *leaf = PyTuple_GET_ITEM(item, 1);
+        PyObject *kind = (PyObject *)Py_TYPE(leaf);
+        int fast = 0;  /* 1: a plain tensor, 2: None or a value, 0: the recorder's own Python code */
+        if (PyUnicode_CheckExact(path)) {
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plain); j++)
+                if (kind == PyTuple_GET_ITEM(plain, j))
+                    fast = 1;
+            if (!fast) {
+                int is_tensor = PyObject_IsInstance(leaf, tensor);
+                if (is_tensor < 0)
+                    return NULL;
+                fast = is_tensor ? 0 : 2;
+            }
+        }
+        PyObject *name, *row;
+        if (!fast) {
+            row = PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, C_ROW_OF),
+                                      (PyObject *[]){k, base, io, path, is_kwarg, leaf, call, set_producer}, 8, NULL);
+        } else {
+            if (PyUnicode_GET_LENGTH(path) == 0) {
+                name = base;
+                Py_INCREF(name);
+            } else {
+                PyObject *head = PyUnicode_Concat(base, s_dot);
+                if (head == NULL)
+                    return NULL;
+                name = PyUnicode_Concat(head, path);
+                Py_DECREF(head);
+                if (name == NULL)
+                    return NULL;
+            }
+            row = fast == 1 ? tensor_row(k, name, io, path, is_kwarg, leaf, seen, call, set_producer, ctx)
+                            : value_row(k, name, io, path, is_kwarg, leaf, ctx);
+            Py_DECREF(name);
+        }
+        if (row == NULL)
+            return NULL;
+        int failed = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (failed)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"build_rows", (PyCFunction)(void (*)(void))build_rows, METH_FASTCALL,
+     "build_rows(rows, items, k, base, io, is_kwarg, set_producer, call, seen, ctx) appends the rows of the"
+     " (path, leaf) pairs of items, as Recorder.add_rows does."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_row_builder",
+                                    "The recorder's rows of plain tensors, None and values, built in C.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__row_builder(void)
+{
+    s_version = PyUnicode_InternFromString("_version");
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_shape = PyUnicode_InternFromString("shape");
+    s_numel = PyUnicode_InternFromString("numel");
+    s_is_cpu = PyUnicode_InternFromString("is_cpu");
+    s_requires_grad = PyUnicode_InternFromString("requires_grad");
+    s_dot = PyUnicode_InternFromString(".");
+    s_empty = PyUnicode_InternFromString("");
+    s_layout = PyUnicode_InternFromString("layout");
+    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    s_is_neg = PyUnicode_InternFromString("is_neg");
+    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    s_values = PyUnicode_InternFromString("_values");
+    s_next_id = PyUnicode_InternFromString("_next_tensor_id");
+    k_one = PyLong_FromLong(1);
+    k_tensor = PyLong_FromLong(0);
+    k_none = PyLong_FromLong(1);
+    k_value = PyLong_FromLong(2);
+    k_zero = PyLong_FromLong(0);
+    k_minus_one = PyLong_FromLong(-1);
+    if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_dot || !s_empty
+        || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous
+        || !s_is_neg || !s_data_ptr || !s_values || !s_next_id)
+        return NULL;
+    return PyModule_Create(&module);
+}
