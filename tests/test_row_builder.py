@@ -6,6 +6,7 @@ statistics. Whole recordings of real models are compared column by column too.
 """
 from __future__ import annotations
 
+import collections
 import math
 import tempfile
 
@@ -45,15 +46,17 @@ def _same(a, b) -> bool:
 
 
 def _state(rec) -> tuple:
-    """What a recording step has built so far: rows, seen entries (weakrefs as their targets' ids), ids."""
+    """What a recording step has built so far: rows, seen entries (weakrefs as their targets' ids), ids, and
+    the calls that have rows, with the slots their rows point at."""
     seen = {k: [id(e[0]()), *e[1:]] for k, e in rec._seen.items()}
     values = [v if isinstance(v, tuple) else None for v in rec.summarizer._values]
-    return rec.rows, seen, rec._next_tensor_id, values, list(rec._dtypes.values), list(rec._devices.values)
+    calls = [(c.call, c.slot) for c in rec.calls]
+    return rec.rows, seen, rec._next_tensor_id, values, list(rec._dtypes.values), list(rec._devices.values), calls
 
 
 def _feed(rec, script):
     """Run the (io, value, kwargs) steps of ``script`` through add_rows, one call each."""
-    for i, (io, value, kw) in enumerate(script()):
+    for i, (io, value, kw) in enumerate(script()):  # kw: add_rows' keywords (prefix, is_kwarg, set_producer)
         c = Call(f"Tensor.op.{i}.forward", "Tensor", "op", i, "forward", "", "")
         c.dump, c.index = True, i
         rec.add_rows(c, "forward", io, value, **kw)
@@ -94,9 +97,23 @@ def _script_factory():
         yield "output", (fresh,), {"set_producer": True}  # changed and returned again
         yield "input", (fresh, -0.0, float("nan"), float("inf"), 2 ** 70, "x" * 100, torch.Size([2, 3])), {}
         yield "parameters_grad", {"weight": tensors["grad"]}, {}
-        yield "input", [], {}
+        yield "input", [], {}  # no rows: the call is not one of the step's calls
+        yield "input", {}, {"is_kwarg": True}
         yield "input", tensors["a"], {}  # a bare tensor, not in a tuple
+        yield "input", 3.5, {}  # a bare value
+        point = collections.namedtuple("Point", "x y")
+        yield "input", (point(tensors["a"], None), torch.Size([4, 8]), _List([tensors["w"], 2])), {}
+        yield "output", point(tensors["w"], {"k": tensors["a"]}), {"set_producer": True}  # walked by leaves()
+        yield "input", {1: tensors["a"], (2, 3): None, "n": {"deep": [tensors["w"], {"x": 1}]}}, {}
+        yield "input", (tensors["a"], {5: tensors["w"]}, [None, 1]), {"prefix": "p.0"}  # a backward's paths
+        yield "input", {7: tensors["w"], "s": "text"}, {"prefix": "g"}
+        yield "input", tuple(range(300)) + (tensors["a"],), {}  # positions past the 256 made once
+        yield "input", [tensors["a"]] * 3, {"prefix": "q"}
     return script
+
+
+class _List(list):
+    """A list subclass: walked like a list by leaves.walk."""
 
 
 @pytest.mark.parametrize("task,summary_mode", [("statistics", "statistics"), ("statistics", "md5"),
@@ -145,15 +162,33 @@ def test_the_c_statistics_are_the_kernels():
 def test_bad_arguments_raise_instead_of_crashing():
     build = recorder_mod._build_rows
     rec = _recorder()
+    t = torch.ones(1)
+    assert build([], (t, None), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx) == 2
     with pytest.raises(TypeError):
-        build([], [("0", torch.ones(1))], 0, "x", 0, False, False, "x", rec._seen, ())
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, ())
     with pytest.raises(TypeError):
-        build([], [("0",)], 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
+        build([], (t,), None, 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
     with pytest.raises(TypeError):
-        build([], [], 0, "x", 0, False, False, "x", rec._seen)
-    rec._seen[id(t := torch.ones(1))] = "not an entry"
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen)
+    rec._seen[id(t)] = "not an entry"
     with pytest.raises(TypeError, match="seen"):
-        build([], [("0", t)], 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
+
+
+def test_a_failing_leaf_keeps_the_rows_before_it_with_their_call(monkeypatch):
+    """A leaf that cannot be described fails the call's rows from there on; the rows already added still
+    belong to a call of the step, on both paths."""
+    class Bad:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    for c_path in (True, False):
+        rec = _recorder(c=c_path)
+        c = Call("Torch.x.0.forward", "Torch", "x", 0, "forward", "", "")
+        c.dump, c.index = True, 0
+        with pytest.raises(RuntimeError, match="no repr"):
+            rec.add_rows(c, "forward", "input", (torch.ones(2), Bad()))
+        assert len(rec.rows) == 1 and rec.calls == [c] and rec.rows[0][0] == c.slot == 0
 
 
 class _Block(nn.Module):

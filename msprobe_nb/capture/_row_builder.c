@@ -25,7 +25,8 @@ static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
    where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built). */
 enum { C_RECORDER, C_SUMMARIZER, C_SUMMARIZE, C_KERNEL, C_DTYPE_CODES, C_DTYPE_CODE, C_DEVICE_CODE, C_DESCRIBE,
-       C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_SIZE };
+       C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_LEAVES, C_WALK, C_POS,
+       C_SIZE_TYPE, C_SIZE };
 
 static PyObject *weak_target(PyObject *ref)
 {
@@ -348,80 +349,193 @@ static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *
     return row;
 }
 
-/* build_rows(rows, items, k, base, io, is_kwarg, set_producer, call, seen, ctx): append to rows one row per
-   (path, leaf) of items, as Recorder.add_rows does. */
+/* What every leaf of one add_rows call shares. */
+typedef struct {
+    PyObject *rows, *k, *base, *io, *is_kwarg, *set_producer, *call, *seen, *ctx;
+    Py_ssize_t added;
+} Rows;
+
+/* Append the row of one (path, leaf); -1 on error. */
+static int add_leaf(Rows *r, PyObject *path, PyObject *leaf)
+{
+    PyObject *ctx = r->ctx, *plain = PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES);
+    PyObject *kind = (PyObject *)Py_TYPE(leaf);
+    int fast = 0;  /* 1: a plain tensor, 2: None or a value, 0: the recorder's own Python code */
+    if (PyUnicode_CheckExact(path)) {
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plain); j++)
+            if (kind == PyTuple_GET_ITEM(plain, j))
+                fast = 1;
+        if (!fast) {
+            int is_tensor = PyObject_IsInstance(leaf, PyTuple_GET_ITEM(ctx, C_TENSOR));
+            if (is_tensor < 0)
+                return -1;
+            fast = is_tensor ? 0 : 2;
+        }
+    }
+    PyObject *row;
+    if (!fast) {
+        row = PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, C_ROW_OF),
+                                  (PyObject *[]){r->k, r->base, r->io, path, r->is_kwarg, leaf, r->call,
+                                                 r->set_producer}, 8, NULL);
+    } else {
+        PyObject *name;
+        if (PyUnicode_GET_LENGTH(path) == 0) {
+            name = r->base;
+            Py_INCREF(name);
+        } else {
+            PyObject *head = PyUnicode_Concat(r->base, s_dot);
+            if (head == NULL)
+                return -1;
+            name = PyUnicode_Concat(head, path);
+            Py_DECREF(head);
+            if (name == NULL)
+                return -1;
+        }
+        row = fast == 1 ? tensor_row(r->k, name, r->io, path, r->is_kwarg, leaf, r->seen, r->call, r->set_producer, ctx)
+                        : value_row(r->k, name, r->io, path, r->is_kwarg, leaf, ctx);
+        Py_DECREF(name);
+    }
+    if (row == NULL)
+        return -1;
+    int failed = PyList_Append(r->rows, row);
+    Py_DECREF(row);
+    if (!failed)
+        r->added++;
+    return failed ? -1 : 0;
+}
+
+/* Append the rows of every (path, leaf) pair an iterable yields (leaves() or walk() in Python). */
+static int add_pairs(Rows *r, PyObject *pairs)
+{
+    PyObject *it = PyObject_GetIter(pairs);
+    if (it == NULL)
+        return -1;
+    PyObject *pair;
+    int failed = 0;
+    while (!failed && (pair = PyIter_Next(it)) != NULL) {
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "leaves must be (path, leaf) pairs");
+            failed = 1;
+        } else {
+            failed = add_leaf(r, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(it);
+    return failed || PyErr_Occurred() ? -1 : 0;
+}
+
+/* One item of a flat list, tuple or dict at path: a leaf, or a nested container walked by leaves.walk, as
+   leaves.leaves() does it (a torch.Size is a leaf). */
+static int add_item(Rows *r, PyObject *path, PyObject *item)
+{
+    PyObject *ctx = r->ctx;
+    if ((PyObject *)Py_TYPE(item) != PyTuple_GET_ITEM(ctx, C_TENSOR) && item != Py_None
+        && (PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))) {
+        int size = PyObject_IsInstance(item, PyTuple_GET_ITEM(ctx, C_SIZE_TYPE));
+        if (size < 0)
+            return -1;
+        if (!size) {
+            PyObject *pairs = PyObject_CallFunction(PyTuple_GET_ITEM(ctx, C_WALK), "OOi", item, path, 1);
+            if (pairs == NULL)
+                return -1;
+            int failed = add_pairs(r, pairs);
+            Py_DECREF(pairs);
+            return failed;
+        }
+    }
+    return add_leaf(r, path, item);
+}
+
+/* The rows of value: a flat list, tuple or dict is walked here as leaves.leaves() walks it (paths "0", "1"
+   or keys, under prefix), anything else through leaves() itself. */
+static int add_value(Rows *r, PyObject *value, PyObject *prefix)
+{
+    PyObject *ctx = r->ctx, *pos = PyTuple_GET_ITEM(ctx, C_POS);
+    int has_prefix = PyUnicode_GET_LENGTH(prefix) > 0;
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
+        PyObject *seq = PySequence_Fast(value, "");  /* the same object, held; a list's size is read each time */
+        if (seq == NULL)
+            return -1;
+        int failed = 0;
+        for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+            Py_INCREF(item);  /* a list may change while Python code runs for an item */
+            PyObject *path;
+            if (has_prefix)
+                path = PyUnicode_FromFormat("%U.%zd", prefix, i);
+            else if (i < PyTuple_GET_SIZE(pos)) {
+                path = PyTuple_GET_ITEM(pos, i);
+                Py_INCREF(path);
+            } else
+                path = PyUnicode_FromFormat("%zd", i);
+            failed = path == NULL || add_item(r, path, item) < 0;
+            Py_XDECREF(path);
+            Py_DECREF(item);
+        }
+        Py_DECREF(seq);
+        return failed ? -1 : 0;
+    }
+    if (PyDict_CheckExact(value)) {
+        PyObject *items = PyDict_Items(value);  /* a snapshot: Python code may run for an item */
+        if (items == NULL)
+            return -1;
+        int failed = 0;
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i), *key = PyTuple_GET_ITEM(kv, 0);
+            PyObject *path;
+            if (has_prefix) {  /* f"{prefix}.{key}" */
+                PyObject *text = PyObject_Format(key, s_empty);
+                path = text == NULL ? NULL : PyUnicode_FromFormat("%U.%U", prefix, text);
+                Py_XDECREF(text);
+            } else if (PyUnicode_CheckExact(key)) {
+                path = key;
+                Py_INCREF(path);
+            } else {
+                path = PyObject_Str(key);
+            }
+            failed = path == NULL || add_item(r, path, PyTuple_GET_ITEM(kv, 1)) < 0;
+            Py_XDECREF(path);
+        }
+        Py_DECREF(items);
+        return failed ? -1 : 0;
+    }
+    PyObject *pairs = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(ctx, C_LEAVES), value, prefix, NULL);
+    if (pairs == NULL)
+        return -1;
+    int failed = add_pairs(r, pairs);
+    Py_DECREF(pairs);
+    return failed;
+}
+
+/* build_rows(rows, value, prefix, k, base, io, is_kwarg, set_producer, call, seen, ctx) -> rows appended: one
+   row per leaf of value (leaves.leaves(value, prefix)), as Recorder.add_rows' Python loop appends them. */
 static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "build_rows() takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "build_rows() takes 11 arguments");
         return NULL;
     }
-    PyObject *rows = args[0], *items = args[1], *k = args[2], *base = args[3], *io = args[4], *is_kwarg = args[5];
-    PyObject *set_producer = args[6], *call = args[7], *seen = args[8], *ctx = args[9];
-    if (!PyList_CheckExact(rows) || !PyList_CheckExact(items) || !PyUnicode_Check(base) || !PyDict_Check(seen)
+    PyObject *ctx = args[10];
+    if (!PyList_CheckExact(args[0]) || !PyUnicode_Check(args[2]) || !PyUnicode_Check(args[4]) || !PyDict_Check(args[9])
         || !PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != C_SIZE || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES))
-        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES))) {
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_POS))) {
         PyErr_SetString(PyExc_TypeError, "build_rows() got arguments of the wrong types");
         return NULL;
     }
-    PyObject *plain = PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES), *tensor = PyTuple_GET_ITEM(ctx, C_TENSOR);
-    set_producer = PyObject_IsTrue(set_producer) ? Py_True : Py_False;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError, "build_rows() needs (path, leaf) pairs");
-            return NULL;
-        }
-        PyObject *path = PyTuple_GET_ITEM(item, 0), *leaf = PyTuple_GET_ITEM(item, 1);
-        PyObject *kind = (PyObject *)Py_TYPE(leaf);
-        int fast = 0;  /* 1: a plain tensor, 2: None or a value, 0: the recorder's own Python code */
-        if (PyUnicode_CheckExact(path)) {
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plain); j++)
-                if (kind == PyTuple_GET_ITEM(plain, j))
-                    fast = 1;
-            if (!fast) {
-                int is_tensor = PyObject_IsInstance(leaf, tensor);
-                if (is_tensor < 0)
-                    return NULL;
-                fast = is_tensor ? 0 : 2;
-            }
-        }
-        PyObject *name, *row;
-        if (!fast) {
-            row = PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, C_ROW_OF),
-                                      (PyObject *[]){k, base, io, path, is_kwarg, leaf, call, set_producer}, 8, NULL);
-        } else {
-            if (PyUnicode_GET_LENGTH(path) == 0) {
-                name = base;
-                Py_INCREF(name);
-            } else {
-                PyObject *head = PyUnicode_Concat(base, s_dot);
-                if (head == NULL)
-                    return NULL;
-                name = PyUnicode_Concat(head, path);
-                Py_DECREF(head);
-                if (name == NULL)
-                    return NULL;
-            }
-            row = fast == 1 ? tensor_row(k, name, io, path, is_kwarg, leaf, seen, call, set_producer, ctx)
-                            : value_row(k, name, io, path, is_kwarg, leaf, ctx);
-            Py_DECREF(name);
-        }
-        if (row == NULL)
-            return NULL;
-        int failed = PyList_Append(rows, row);
-        Py_DECREF(row);
-        if (failed)
-            return NULL;
-    }
-    Py_RETURN_NONE;
+    int producer = PyObject_IsTrue(args[7]);
+    if (producer < 0)
+        return NULL;
+    Rows r = {args[0], args[3], args[4], args[5], args[6], producer ? Py_True : Py_False, args[8], args[9], ctx, 0};
+    int failed = add_value(&r, args[1], args[2]);
+    return failed ? NULL : PyLong_FromSsize_t(r.added);
 }
 
 static PyMethodDef methods[] = {
     {"build_rows", (PyCFunction)(void (*)(void))build_rows, METH_FASTCALL,
-     "build_rows(rows, items, k, base, io, is_kwarg, set_producer, call, seen, ctx) appends the rows of the"
-     " (path, leaf) pairs of items, as Recorder.add_rows does."},
+     "build_rows(rows, value, prefix, k, base, io, is_kwarg, set_producer, call, seen, ctx) appends the rows of"
+     " the leaves of value, as Recorder.add_rows does, and returns how many."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_row_builder",

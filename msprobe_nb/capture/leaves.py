@@ -42,7 +42,8 @@ def walk(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
 
 _SEQ = (list, tuple)
 _TENSOR = torch.Tensor
-_POS = tuple(str(i) for i in range(256))  # argument positions as path strings, made once
+POSITIONS = tuple(str(i) for i in range(256))  # argument positions as path strings, made once
+_POS = POSITIONS
 
 
 def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:

@@ -21,7 +21,7 @@ from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the mod
 from msprobe_nb.capture.collectives import Collectives
 from msprobe_nb.capture.custom_functions import CustomFunctions
 from msprobe_nb.capture.grad_hooks import GradientHooks
-from msprobe_nb.capture.leaves import describe_value, leaves
+from msprobe_nb.capture.leaves import POSITIONS, describe_value, leaves, walk
 from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.overflow_watch import OverflowWatch
 from msprobe_nb.capture.stacks import StackTable
@@ -88,7 +88,7 @@ class Recorder:
         summ = self.summarizer
         self._row_ctx = (self, summ, summ.summarize, summ.uses_kernel(), self._dtypes.codes, self._dtypes.code,
                          self._device_code, describe_value, self._row_of, NAN, DEVICE_CPU, PLAIN_TENSORS, torch.Tensor,
-                         torch.float32, torch.strided)
+                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size)
         self.reset_step()
 
     def working(self) -> _Working:
@@ -219,22 +219,32 @@ class Recorder:
         """Append one row per leaf of ``value`` (inputs, outputs, parameters, gradients)."""
         if not c.dump or not (self._all_data or self.wants(direction, io)):
             return
-        items = leaves(value, prefix)
-        if not items:
-            return
         calls = self.calls
         k = c.slot
-        if k < 0 or k >= len(calls) or calls[k] is not c:
-            k = c.slot = len(calls)
-            calls.append(c)
-        rows = self.rows
+        fresh = k < 0 or k >= len(calls) or calls[k] is not c  # the call's first rows this step
+        if fresh:
+            k = len(calls)
         io_code = self._ios.codes.get(io)
         if io_code is None:
             io_code = self._ios.code(io)
         base = c.call if io == "parameters_grad" else f"{c.call}.{io}"
+        rows = self.rows
         if self.build_rows is not None:
-            self.build_rows(rows, items, k, base, io_code, is_kwarg, set_producer, c.call, self._seen, self._row_ctx)
+            n = len(rows)
+            try:
+                self.build_rows(rows, value, prefix, k, base, io_code, is_kwarg, set_producer, c.call, self._seen,
+                                self._row_ctx)
+            finally:  # rows were added (even if a later leaf failed): they point at the call's slot
+                if fresh and len(rows) > n:
+                    c.slot = k
+                    calls.append(c)
             return
+        items = leaves(value, prefix)
+        if not items:
+            return
+        if fresh:
+            c.slot = k
+            calls.append(c)
         call = c.call
         for path, leaf in items:
             rows.append(self._row_of(k, base, io_code, path, is_kwarg, leaf, call, set_producer))
