@@ -2,9 +2,11 @@
  *
  * Why: every recorded call appends one row per argument and result (Recorder.add_rows), and in Python the
  * per-leaf work (a dozen attribute reads, a name, a 16-field tuple) was most of what recording costs a
- * call beyond the op itself. build_rows does the same for the leaves it knows and hands every other leaf
- * (a tensor subclass, a path that is not a string) to the recorder's own Python code, row_of, so the two
- * paths give the same rows (tests/test_row_builder.py holds them equal). A tensor first met, changed in
+ * call beyond the op itself. build_rows walks a flat list, tuple or dict as leaves.leaves() does (nested
+ * values through leaves.walk, anything else through leaves() itself), does the same per-leaf work for the
+ * leaves it knows, and hands every other leaf (a tensor subclass, a path that is not a string) to the
+ * recorder's own Python code, row_of, so the two paths give the same rows (tests/test_row_builder.py holds
+ * them equal). A tensor first met, changed in
  * place, or coming out of the call is given its identity here as Recorder._first_sight does, and its
  * statistics as Summarizer.summarize does for a finite contiguous float32 CPU tensor (the shared kernel,
  * _stats_pass.h); any other tensor is summarised by Summarizer.summarize itself.
@@ -48,20 +50,9 @@ static PyObject *weak_target(PyObject *ref)
 #endif
 }
 
-/* 1 and a boolean attribute's value, 0 when false, -1 on error */
-static int attr_true(PyObject *obj, PyObject *name)
+/* The truth of v (a new reference, released here): 1, 0, or -1 when v is NULL or has no truth value. */
+static int truth(PyObject *v)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    int r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return r;
-}
-
-static int method_true(PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyObject_CallMethodNoArgs(obj, name);
     if (v == NULL)
         return -1;
     int r = PyObject_IsTrue(v);
@@ -86,7 +77,7 @@ static PyObject *summarize(PyObject *leaf, PyObject *ctx)
         fast = v == PyTuple_GET_ITEM(ctx, C_FLOAT32);
         Py_DECREF(v);
     }
-    if (fast && (fast = attr_true(leaf, s_is_cpu)) < 0)
+    if (fast && (fast = truth(PyObject_GetAttr(leaf, s_is_cpu))) < 0)
         return NULL;
     if (fast) {
         v = PyObject_GetAttr(leaf, s_layout);
@@ -105,10 +96,10 @@ static PyObject *summarize(PyObject *leaf, PyObject *ctx)
             return NULL;
         fast = n > 0;
     }
-    if (fast && (fast = method_true(leaf, s_is_contiguous)) < 0)
+    if (fast && (fast = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous))) < 0)
         return NULL;
     if (fast) {
-        int neg = method_true(leaf, s_is_neg);
+        int neg = truth(PyObject_CallMethodNoArgs(leaf, s_is_neg));
         if (neg < 0)
             return NULL;
         fast = !neg;
@@ -187,6 +178,7 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
     PyObject *e = PyDict_GetItemWithError(seen, key);
     if (e == NULL && PyErr_Occurred())
         goto done;
+    Py_XINCREF(e);  /* held: the getters and summarize below may run Python code */
     if (e != NULL && !(PyList_CheckExact(e) && PyList_GET_SIZE(e) == 5)) {
         PyErr_SetString(PyExc_TypeError, "an entry of the recorder's seen tensors is not a list of five");
         goto done;
@@ -234,13 +226,10 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
     int same = PyObject_RichCompareBool(PyList_GET_ITEM(e, 1), version, Py_EQ);
     if (same < 0)
         goto done;
-    Py_INCREF(e);  /* summarize runs Python code: keep the entry while it is changed */
     if (!same) {  /* changed in place since it was summarised */
         idx = summarize(leaf, ctx);
-        if (idx == NULL) {
-            Py_DECREF(e);
+        if (idx == NULL)
             goto done;
-        }
         Py_INCREF(version);  /* PyList_SetItem steals a reference: done releases ours */
         PyList_SetItem(e, 1, version);
         Py_INCREF(idx);
@@ -248,10 +237,8 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
     }
     if (set_producer == Py_True) {  /* an object seen before comes out of this call: a new identity */
         tid = take_tensor_id(rec);
-        if (tid == NULL) {
-            Py_DECREF(e);
+        if (tid == NULL)
             goto done;
-        }
         Py_INCREF(tid);
         PyList_SetItem(e, 3, tid);
         Py_INCREF(call);
@@ -260,8 +247,8 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
     } else {
         got = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), PyList_GET_ITEM(e, 3), PyList_GET_ITEM(e, 4));
     }
-    Py_DECREF(e);
 done:
+    Py_XDECREF(e);
     Py_DECREF(key);
     Py_XDECREF(version);
     Py_XDECREF(idx);
