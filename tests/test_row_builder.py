@@ -206,10 +206,11 @@ class _Block(nn.Module):
         return self.drop(torch.relu(h)) + x
 
 
-def _record(tmp, level, c, build, step):
+def _record(tmp, level, c, make):
+    """The calls table of two recorded steps of ``make()``'s (model, one-step function), with the C row builder
+    or (``c`` False) the Python loop."""
     torch.manual_seed(0)
-    model, batch = build()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, run_step = make()
     saved = recorder_mod._build_rows
     if not c:
         recorder_mod._build_rows = None  # as where setup.py found no compiler
@@ -217,13 +218,29 @@ def _record(tmp, level, c, build, step):
         dbg = msprobe_nb.Debugger(dump_path=tmp, level=level, task="statistics")
         for _ in range(2):
             dbg.start(model)
-            step(model, opt, batch)
+            run_step()
             dbg.stop()
             dbg.step()
         dbg.close()
     finally:
         recorder_mod._build_rows = saved
     return read_hdf5(tmp).calls
+
+
+def _assert_same_columns(c, py):
+    assert list(c.columns) == list(py.columns)
+    for col in c.columns:
+        a, b = c[col], py[col]
+        assert ((a == b).fillna(False) | (a.isna() & b.isna())).all(), col
+
+
+def _with_adamw(build, step):
+    """``make`` for _record: the model and batch of ``build()``, trained by ``step`` with AdamW."""
+    def make():
+        model, batch = build()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        return model, lambda: step(model, opt, batch)
+    return make
 
 
 def _own_model():
@@ -251,15 +268,11 @@ def _lm_step(model, opt, ids):
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 @pytest.mark.parametrize("model", ["own", "gpt2"])
 def test_a_recording_is_the_same_with_either_row_builder(tmp_path, level, model):
-    build, step = (_own_model, _own_step) if model == "own" else (_gpt2, _lm_step)
-    c = _record(tmp_path / "c", level, True, build, step)
-    py = _record(tmp_path / "py", level, False, build, step)
+    make = _with_adamw(_own_model, _own_step) if model == "own" else _with_adamw(_gpt2, _lm_step)
+    c = _record(tmp_path / "c", level, True, make)
+    py = _record(tmp_path / "py", level, False, make)
     assert len(c) == len(py) > 20
-    assert list(c.columns) == list(py.columns)
-    for col in c.columns:
-        a, b = c[col], py[col]
-        both_missing = a.isna() & b.isna()
-        assert ((a == b).fillna(False) | both_missing).all(), col
+    _assert_same_columns(c, py)
 
 
 @pytest.mark.parametrize("name", ["bert", "t5", "mixtral", "vit", "resnet", "unet"])
@@ -275,29 +288,13 @@ def test_real_models_record_the_same_with_either_row_builder(tmp_path, name):
     finally:
         sys.path.pop(0)
 
-    def record(tmp, c):
+    def make():
         work = build(name, threads=0)  # the same seed: the same weights and batches each time
-        saved = recorder_mod._build_rows
-        if not c:
-            recorder_mod._build_rows = None
-        try:
-            dbg = msprobe_nb.Debugger(dump_path=tmp, level="L1", task="statistics")
-            for _ in range(2):
-                dbg.start(work.model)
-                work.train_step(work.model, work.optimizer, *work.make_batch())
-                dbg.stop()
-                dbg.step()
-            dbg.close()
-        finally:
-            recorder_mod._build_rows = saved
-        return read_hdf5(tmp).calls
+        return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
 
-    c, py = record(tmp_path / "c", True), record(tmp_path / "py", False)
-    assert len(c) == len(py) > 100 and list(c.columns) == list(py.columns)
+    c, py = _record(tmp_path / "c", "L1", True, make), _record(tmp_path / "py", "L1", False, make)
+    assert len(c) == len(py) > 100
     # torch.empty's memory is whatever was there (Mixtral's routing makes one): its statistics differ by run
     garbage = c.op.str.startswith("empty") | c.producer.str.startswith("Torch.empty")
     assert (garbage == (py.op.str.startswith("empty") | py.producer.str.startswith("Torch.empty"))).all()
-    c, py = c[~garbage], py[~garbage]
-    for col in c.columns:
-        a, b = c[col], py[col]
-        assert ((a == b).fillna(False) | (a.isna() & b.isna())).all(), col
+    _assert_same_columns(c[~garbage], py[~garbage])

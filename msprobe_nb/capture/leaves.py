@@ -43,7 +43,6 @@ def walk(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
 _SEQ = (list, tuple)
 _TENSOR = torch.Tensor
 POSITIONS = tuple(str(i) for i in range(256))  # argument positions as path strings, made once
-_POS = POSITIONS
 
 
 def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -53,7 +52,7 @@ def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if kind in _SEQ:  # exactly list or tuple: a namedtuple is a subclass
         out = []
         for i, item in enumerate(value):
-            p = f"{prefix}.{i}" if prefix else (_POS[i] if i < 256 else str(i))
+            p = f"{prefix}.{i}" if prefix else (POSITIONS[i] if i < 256 else str(i))
             if type(item) is _TENSOR or item is None:
                 out.append((p, item))
             elif isinstance(item, (list, tuple, dict)) and not isinstance(item, torch.Size):
