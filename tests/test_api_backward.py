@@ -103,3 +103,18 @@ def test_recording_the_new_backward_rows_changes_no_bit(tmp_path, level):
         return [loss.detach(), x.grad] + [p.grad for p in model.parameters()]
     for a, b in zip(train(False), train(True)):
         assert torch.equal(a, b)
+
+
+def test_every_one_of_many_flat_tensor_arguments_gets_its_gradient_row(tmp_path):
+    """A call with more positional tensors than the fast path's table of paths (300 here: block_diag of
+    every matrix) still has a backward output row for each of them, the last ones included."""
+    torch.manual_seed(0)
+    mats = [torch.randn(1, 2, requires_grad=True) for _ in range(300)]
+    weights = torch.randn(300, 600)
+
+    def step():
+        out = torch.block_diag(*mats)
+        (out * weights).sum().backward()
+    _, rows = run(tmp_path, step)
+    for i in (0, 63, 64, 255, 256, 299):
+        same_stats(rows[f"Torch.functional.block_diag.0.backward.output.{i}"], mats[i].grad)

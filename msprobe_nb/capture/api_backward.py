@@ -19,13 +19,12 @@ from typing import Any
 
 import torch
 
-from msprobe_nb.capture.leaves import leaves
+from msprobe_nb.capture.leaves import POSITIONS, leaves
 
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 _Tensor = torch.Tensor
 _NESTED = (list, tuple, dict)
-_POS = tuple(str(i) for i in range(64))  # argument positions as paths (zip stops at the shorter)
 #: the most nodes one call's subgraph may have before the walk gives up on its input gradients
 MAX_NODES = 256
 
@@ -40,8 +39,11 @@ def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
         if not items:
             continue
         # flat tensor arguments (the common case) need no walk; nested ones go through leaves()
-        pairs = leaves(items) if type(items) is dict or any(type(a) in _NESTED for a in items) \
-            else zip(_POS, items)
+        if type(items) is dict or any(type(a) in _NESTED for a in items):
+            pairs = leaves(items)
+        else:  # the forward rows' paths: positions past the table are spelled out, as leaves() does
+            pairs = zip(POSITIONS, items) if len(items) <= len(POSITIONS) else \
+                ((POSITIONS[i] if i < len(POSITIONS) else str(i), a) for i, a in enumerate(items))
         for path, t in pairs:
             if isinstance(t, _Tensor) and t.requires_grad:
                 fn = t.grad_fn
