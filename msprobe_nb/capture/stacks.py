@@ -96,7 +96,7 @@ class StackTable:
             code = f.f_code
             self._codes[id(code)] = code
             if not code.co_filename.startswith(_KIT_FILES):
-                frames.append((code.co_filename, _line_of(code, f.f_lasti), code.co_name))
+                frames.append((code.co_filename, f.f_lineno or code.co_firstlineno, code.co_name))
             f = f.f_back
             depth -= 1
         key = tuple(frames)
@@ -177,14 +177,6 @@ def _cell_names(filenames) -> dict[str, str]:
         if named:
             out[fn] = " ".join(named)
     return out
-
-
-def _line_of(code, lasti: int) -> int:
-    """Source line of the instruction at byte offset ``lasti`` (what ``frame.f_lineno`` reports)."""
-    for start, end, line in code.co_lines():
-        if start <= lasti < end and line is not None:
-            return line
-    return code.co_firstlineno
 
 
 def caller_frame(depth: int = 2):
