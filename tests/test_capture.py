@@ -837,8 +837,8 @@ def test_the_c_stack_key_equals_the_python_walk():
     next(gen())
     assert len(seen) == 3
     for c_key, py_key, short in seen:
-        assert c_key == py_key and short == py_key[:4]
-    assert len(seen[1][0]) == 2 * stacks.MAX_STACK_DEPTH
+        assert c_key == py_key and short == py_key[:2 * stacks.KEY_BYTES_PER_FRAME]
+    assert len(seen[1][0]) == stacks.KEY_BYTES_PER_FRAME * stacks.MAX_STACK_DEPTH
 
 
 def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):

@@ -1,7 +1,7 @@
 """Call stacks: each recorded call's stack, deduplicated to a small id, and its text for stack.json.
 
-The walk runs on every recorded call, so it is kept cheap: a stack's key is the tuple of (instruction
-offset, id(code)) of its frames (the optional C walk builds the same tuple about 4x faster), and calls
+The walk runs on every recorded call, so it is kept cheap: a stack's key is the (instruction offset,
+id(code)) of its frames packed into bytes (the optional C walk builds the same bytes faster), and calls
 from the frame of the previous call reuse its ids. A new key is described once by the (file, line,
 function) of its user frames; its source text is read at the step's end.
 """
@@ -12,6 +12,7 @@ import linecache
 import os
 import sys
 import tokenize
+from array import array
 from typing import Any
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,28 +20,32 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
               os.path.join(_PKG_DIR, "magics.py"))
 MAX_STACK_DEPTH = 64
+KEY_BYTES_PER_FRAME = 16  # a frame's (f_lasti, id(f_code)) in a stack key
+_U64 = (1 << 64) - 1
 #: generator and coroutine frames: suspended and resumed under other callers, so their ancestors change
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
-try:  # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, ~4x faster
+try:  # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, faster
     from msprobe_nb.capture._stack_keys import stack_key as _stack_key
 except ImportError:
     _stack_key = None
 
 
-def _walk_key(frame) -> tuple[int, ...]:
-    """(f_lasti, id(f_code)) of ``frame`` and its callers, MAX_STACK_DEPTH frames at most: a stack's key.
-    The instruction is cheaper to read than f_lineno; it is turned into a line once, for a new key."""
-    key = []
+def _walk_key(frame) -> bytes:
+    """(f_lasti, id(f_code)) of ``frame`` and its callers, MAX_STACK_DEPTH frames at most, as native unsigned
+    64-bit integers packed into bytes: a stack's key. The instruction is cheaper to read than f_lineno; it is
+    turned into a line once, for a new key. Bytes, not a tuple of ints: a lookup compares the key with the
+    stored one, one memcmp instead of an int object (and its cache miss) per element."""
+    key = array("Q")
     app = key.append
     f = frame
     depth = MAX_STACK_DEPTH
     while f is not None and depth:
-        app(f.f_lasti)
+        app(f.f_lasti & _U64)
         app(id(f.f_code))
         f = f.f_back
         depth -= 1
-    return tuple(key)
+    return key.tobytes()
 
 
 class StackTable:
@@ -62,8 +67,8 @@ class StackTable:
     def stack_id(self, frame) -> int:
         """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
 
-        The key is a tuple of (instruction offset, id(code)) integers for every frame, kit frames
-        included: hashing code objects is slow, and the walk is on every call. A new key is described once
+        The key packs (instruction offset, id(code)) of every frame into bytes, kit frames included:
+        hashing code objects is slow, and the walk is on every call. A new key is described once
         by the (file, line, function) of its user frames, and keys described alike share one id. The code
         objects of every key are kept alive in ``_codes``, so their ids cannot be reused by other code.
         """
