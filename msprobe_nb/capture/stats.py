@@ -25,6 +25,7 @@ except ImportError:  # built without a compiler: torch's reductions give the sam
     _kernel = None
 _fused_at = getattr(_kernel, "stats_at", None)
 _norms_into = getattr(_kernel, "norms_into", None)  # None in a build older than the kernel's norms_into
+_int_at = getattr(_kernel, "int_stats_at", None)  # None in a build older than the kernel's integer pass
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -78,6 +79,23 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     if not (math.isfinite(mx) and math.isfinite(mn)):
         return None
     return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
+
+
+#: the integer kernel's code of each dtype it reads (capture/_fused_stats.c, int_stats_at); 5 is bool
+_INT_CODES = {torch.int64: 0, torch.int32: 1, torch.int16: 2, torch.int8: 3, torch.uint8: 4, torch.bool: 5}
+
+
+def _int_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
+    """Statistics of the integer or bool CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where
+    it does not apply (no kernel, another dtype, a subclass, not contiguous, a negative view). The same numbers
+    as :func:`_cpu_stats`: exact max and min, mean and norm from float64 sums (up to summation order)."""
+    code = _INT_CODES.get(t.dtype)
+    if code is None or _int_at is None or type(t) not in PLAIN_TENSORS or not t.is_contiguous() or t.is_neg():
+        return None
+    mx, mn, s, q = _int_at(t.data_ptr(), n, code)
+    if code == 5:  # bool: the first value is the count of true elements
+        return (float(mx > 0), float(mx == n), mx / n, math.sqrt(mx), 0.0, 0.0, 0.0)
+    return (mx, mn, s / n, math.sqrt(q), 0.0, 0.0, 0.0)
 
 
 #: float16 / bfloat16 CPU tensors up to this many elements are widened for the C kernel (a float32 copy of
@@ -318,6 +336,8 @@ class Summarizer:
                 self._float32(d, n)
             elif on_cpu and d.dtype in _HALF and 0 < n <= HALF_WIDEN_MAX_NUMEL and _fused_at is not None:
                 values.append(_half_stats(d, n))
+            elif on_cpu and n and d.dtype in _INT_CODES and (got := _int_stats(d, n)) is not None:
+                values.append(got)
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
         else:
