@@ -55,10 +55,15 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
 PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 
 
+def _plain_memory(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements lie at ``data_ptr()`` as they are, one after another: a plain tensor or a
+    Parameter (not a subclass), on the CPU, contiguous (not a transpose) and not a negative view."""
+    return type(t) in PLAIN_TENSORS and t.is_cpu and t.is_contiguous() and not t.is_neg()
+
+
 def kernel_readable(t: torch.Tensor) -> bool:
-    """Whether the C kernels may read ``t`` at ``data_ptr()`` as plain float32 values: a plain tensor or a
-    Parameter (not a subclass), float32, on the CPU, contiguous (not a transpose) and not a negative view."""
-    return type(t) in PLAIN_TENSORS and t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.is_neg()
+    """Whether the C kernels may read ``t`` at ``data_ptr()`` as plain float32 values."""
+    return t.dtype is _F32 and _plain_memory(t)
 
 
 def norms_kernel() -> Any:
@@ -90,7 +95,7 @@ def _int_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     it does not apply (no kernel, another dtype, a subclass, not contiguous, a negative view). The same numbers
     as :func:`_cpu_stats`: exact max and min, mean and norm from float64 sums (up to summation order)."""
     code = _INT_CODES.get(t.dtype)
-    if code is None or _int_at is None or type(t) not in PLAIN_TENSORS or not t.is_contiguous() or t.is_neg():
+    if code is None or _int_at is None or not _plain_memory(t):
         return None
     mx, mn, s, q = _int_at(t.data_ptr(), n, code)
     if code == 5:  # bool: the first value is the count of true elements
@@ -336,7 +341,7 @@ class Summarizer:
                 self._float32(d, n)
             elif on_cpu and d.dtype in _HALF and 0 < n <= HALF_WIDEN_MAX_NUMEL and _fused_at is not None:
                 values.append(_half_stats(d, n))
-            elif on_cpu and n and d.dtype in _INT_CODES and (got := _int_stats(d, n)) is not None:
+            elif on_cpu and n and (got := _int_stats(d, n)) is not None:
                 values.append(got)
             else:
                 values.append(_cpu_stats(d) if on_cpu else _device_stats(d))
