@@ -889,6 +889,26 @@ def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):
     assert user_lines("Module.b.Tanh.forward.2") == [lines["yield"], lines["next1"]]
 
 
+def test_a_module_call_does_not_keep_its_arguments_alive(tmp_path):
+    """A module call's stack is looked up without holding torch's frame of the call: its arguments are freed
+    when the caller drops them, not at the next recorded call (the same-frame shortcut of API calls holds the
+    caller's frame; a module call's frame is new every time, so holding it would only keep its locals)."""
+    import weakref
+    model = nn.Sequential(nn.ReLU())
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L0")
+    dbg.start(model)
+    with torch.no_grad():
+        x = torch.ones(3)
+        model(x)
+        ref = weakref.ref(x)
+        del x
+        alive = ref() is not None
+    dbg.stop()
+    dbg.close()
+    assert not alive
+    assert "Module.0.ReLU.forward.0" in set(read_hdf5(tmp_path / "d").calls["call"])
+
+
 def test_leaves_fast_paths_agree_with_the_general_walk():
     """leaves() has fast paths for flat tuples/lists and keyword dicts: same (path, leaf) pairs as walk()."""
     from msprobe_nb.capture.leaves import leaves, walk

@@ -203,7 +203,7 @@ class Recorder:
                  module_path=path, parent=self.current_parent())
         c.dump = self.cfg.level in ("L0", "mix") and (self._select_all or self.selected(name, "Module", cls))
         if c.dump:
-            c.stack_id = self.stack_id(frame)
+            c.stack_id = self.stacks.walked_id(frame)
             c.index = self._take_index()
             self.construct[name] = c.parent or None
         return c

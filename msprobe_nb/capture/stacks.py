@@ -55,10 +55,11 @@ class StackTable:
         self.enabled = enabled
         self._stack_ids: dict[tuple, int] = {}
         self._stack_keys: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
-        # The frame of the last recorded call and its stack ids by instruction. While a function's frame
+        # The frame of the last recorded API call and its stack ids by instruction. While a function's frame
         # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
         # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
-        # another frame records or the step ends.
+        # another frame records an API call or the step ends; module calls (walked_id) leave it alone, so a
+        # forward's API calls around a submodule call keep the shortcut.
         self._last_frame = None
         self._last_frame_sids: dict[int, int] = {}
         self._codes: dict[int, Any] = {}
@@ -83,12 +84,21 @@ class StackTable:
         else:
             self._last_frame = frame
             self._last_frame_sids = {}
+        sid = self.walked_id(frame)
+        if self._last_frame is frame:
+            self._last_frame_sids[frame.f_lasti] = sid
+        return sid
+
+    def walked_id(self, frame) -> int:
+        """Id of the stack above ``frame`` from a walk, without the same-frame shortcut: for calls made
+        from a frame that records nothing else (a module call's frame is torch's, one per call), where
+        holding that frame would only cost freeing it and its locals at the next call."""
+        if not self.enabled or frame is None:
+            return -1
         key = _stack_key(frame, MAX_STACK_DEPTH) if _stack_key is not None else _walk_key(frame)
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = self._new_stack(frame)
-        if self._last_frame is frame:
-            self._last_frame_sids[frame.f_lasti] = sid
         return sid
 
     def _new_stack(self, frame) -> int:
