@@ -909,6 +909,47 @@ def test_a_module_call_does_not_keep_its_arguments_alive(tmp_path):
     assert "Module.0.ReLU.forward.0" in set(read_hdf5(tmp_path / "d").calls["call"])
 
 
+def test_module_backward_hooks_share_a_tensor_with_the_users_hooks(tmp_path):
+    """The kit's module-backward hook on an output tensor (registered like Tensor.register_hook, without its
+    handle) and a user's hook registered after it on the same tensor both fire; at the step's end only the
+    kit's is gone, and the user's handle still removes the user's."""
+    fired = []
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x))
+
+    model = Block()
+    kept = {}
+
+    def user_forward_hook(module, args, out):  # runs after the kit's global forward hook
+        kept["out"] = out
+        kept["handle"] = out.register_hook(lambda g: fired.append(g.clone()))
+
+    model.lin.register_forward_hook(user_forward_hook)
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L0")
+    dbg.start(model)
+    for _ in range(2):  # the second step registers no parameter hooks between the kit's hook and the user's
+        fired.clear()
+        x = torch.ones(2, 3, requires_grad=True)  # a leaf: its hook goes on the tensor, not on a node
+        model(x).sum().backward()
+        dbg.step()
+        assert not x._backward_hooks
+        hooks = kept["out"]._backward_hooks
+        assert len(fired) == 1 and list(hooks) == [kept["handle"].id]
+        kept["handle"].remove()
+        assert not hooks
+    dbg.close()
+    calls = read_hdf5(tmp_path / "d").calls
+    for step in (0, 1):
+        grads = calls[(calls["call"] == "Module.lin.Linear.backward.0") & (calls["step"] == step)]
+        assert set(grads["io"]) == {"input", "output"}
+
+
 def test_leaves_fast_paths_agree_with_the_general_walk():
     """leaves() has fast paths for flat tuples/lists and keyword dicts: same (path, leaf) pairs as walk()."""
     from msprobe_nb.capture.leaves import leaves, walk

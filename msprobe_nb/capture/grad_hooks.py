@@ -9,9 +9,11 @@ recording stops.
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from msprobe_nb.capture.api_backward import BackwardRows, CallGraph
 from msprobe_nb.capture.calls import SAME_ELEMENTS, Call, _backward_name
@@ -24,6 +26,7 @@ class GradientHooks:
     def __init__(self, recorder: Any):
         self.recorder = recorder
         self._handles: list = []  # autograd hooks of this step, removed at the step boundary
+        self._tensor_hooks: list[tuple[dict, int]] = []  # (a tensor's hook dict, our key in it), likewise
         self.replays: set[int] = set()  # ids of checkpoint nodes whose backward is recorded (api_mode)
         self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
@@ -90,11 +93,31 @@ class GradientHooks:
                 hit = watched.get(id(t))
                 if hit is None or hit[0]() is not t:
                     consumers: list = []
-                    self._handles.append(t.register_hook(self._grad_hook(consumers)))
+                    self._hook_tensor(t, self._grad_hook(consumers))
                     watched[id(t)] = (weakref.ref(t), consumers)
                 else:
                     consumers = hit[1]
                 consumers.append((b, io, path))
+
+    def _hook_tensor(self, t: torch.Tensor, hook) -> None:
+        """``t.register_hook(hook)`` for the step, done as ``Tensor.register_hook`` does it (the tensor's hook
+        dict, registered with its node once, keyed by the next ``RemovableHandle`` id, so no user hook's key is
+        ever taken) without its handle object and per-call import: a module call hooks each new tensor it
+        sees, and ``register_hook`` cost several times this. Tensor subclasses go through ``register_hook``
+        itself (they may override it)."""
+        if type(t) is not torch.Tensor:
+            self._handles.append(t.register_hook(hook))
+            return
+        hooks = t._backward_hooks
+        if hooks is None:
+            t._backward_hooks = hooks = OrderedDict()
+            fn = t.grad_fn
+            if fn is not None:
+                fn._register_hook_dict(t)
+        key = RemovableHandle.next_id
+        RemovableHandle.next_id = key + 1
+        hooks[key] = hook
+        self._tensor_hooks.append((hooks, key))
 
     def _grad_hook(self, consumers: list):
         """The hook of one tensor: its gradient is a row of each module backward in ``consumers``."""
@@ -166,6 +189,9 @@ class GradientHooks:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        for hooks, key in self._tensor_hooks:
+            hooks.pop(key, None)
+        self._tensor_hooks.clear()
         self._grad_watch.clear()
 
     def remove_parameters(self) -> None:
