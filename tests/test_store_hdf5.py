@@ -599,6 +599,10 @@ def test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused(tmp
         for codes in (np.array([0, 2]), np.array([-1, 0]), np.array([0.0, 1.0])):
             with pytest.raises(ValueError, match="column 'call': codes must be integers in \\[0, 2\\)"):
                 w.write_step(1, {"call": Coded(codes, ["x", "y"])}, {}, {}, {})
+        # one codes array shared by columns (a step's call fields) is checked against each column's values
+        shared = np.array([0, 2])
+        with pytest.raises(ValueError, match="column 'op': codes must be integers in \\[0, 2\\)"):
+            w.write_step(1, {"call": Coded(shared, ["x", "y", "z"]), "op": Coded(shared, ["p", "q"])}, {}, {}, {})
     calls = read_hdf5(tmp_path / "d").calls
     assert calls["call"].tolist() == ["b.0.forward", "a.0.forward", "b.0.forward"]
     assert calls["counter"].tolist() == [7, 7, 9] and calls["step"].tolist() == [0, 0, 0]

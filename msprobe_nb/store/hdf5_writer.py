@@ -176,6 +176,7 @@ class DumpWriter:
         # column -> (values, ids) of the last committed step, and this step's, committed with it
         self._memo: dict[str, tuple[Any, np.ndarray]] = {}
         self._memo_new: dict[str, tuple[Any, np.ndarray]] = {}
+        self._checked_codes: list[tuple[np.ndarray, int]] = []  # Coded codes arrays checked in this step
         self.steps_written = 0
 
     # -- interning -------------------------------------------------------------------------
@@ -273,8 +274,11 @@ class DumpWriter:
         if isinstance(values, Coded):  # convert each distinct value once, then repeat by code
             codes = np.asarray(values.codes)
             m = len(values.values)
-            if codes.dtype.kind not in "iu" or (codes.size and (codes.min() < 0 or codes.max() >= m)):
-                raise ValueError(f"column {col!r}: codes must be integers in [0, {m})")
+            # the call fields of a step share one codes array: it is checked once per step
+            if not any(c is codes and k == m for c, k in self._checked_codes):
+                if codes.dtype.kind not in "iu" or (codes.size and (codes.min() < 0 or codes.max() >= m)):
+                    raise ValueError(f"column {col!r}: codes must be integers in [0, {m})")
+                self._checked_codes.append((codes, m))
             return self._convert(col, values.values, m)[codes]
         dtype = COLUMNS[col][0]
         try:
@@ -356,6 +360,8 @@ class DumpWriter:
         except BaseException:
             self._rollback()
             raise
+        finally:
+            self._checked_codes = []
         try:
             self._write(step, payload, FLAG_PARTIAL if partial else 0)
         except BaseException:
