@@ -5,6 +5,8 @@ path); the rows must hold the gradients of the call's own inputs, not of an inte
 """
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 import torch.nn as nn
@@ -103,6 +105,21 @@ def test_recording_the_new_backward_rows_changes_no_bit(tmp_path, level):
         return [loss.detach(), x.grad] + [p.grad for p in model.parameters()]
     for a, b in zip(train(False), train(True)):
         assert torch.equal(a, b)
+
+
+def test_tensors_inside_a_namedtuple_argument_get_their_gradient_rows(tmp_path):
+    """A namedtuple argument (a tuple subclass) is walked into its fields for the forward rows, and so for the
+    backward rows too: ``torch.cat`` of a namedtuple of two tensors has the gradient of each."""
+    pair = collections.namedtuple("Pair", "a b")
+    torch.manual_seed(0)
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    weights = torch.randn(6)
+
+    def step():
+        (torch.cat(pair(x * 1, y * 1)) * weights).sum().backward()
+    _, rows = run(tmp_path, step)
+    same_stats(rows["Torch.cat.0.backward.output.0.a"], weights[:3])
+    same_stats(rows["Torch.cat.0.backward.output.0.b"], weights[3:])
 
 
 def test_every_one_of_many_flat_tensor_arguments_gets_its_gradient_row(tmp_path):

@@ -38,12 +38,12 @@ def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
     for items in (args, kwargs):
         if not items:
             continue
-        # flat tensor arguments (the common case) need no walk; nested ones go through leaves()
-        if type(items) is dict or any(type(a) in _NESTED for a in items):
+        # flat tensor arguments (the common case) need no walk: their paths are positions, as leaves() gives
+        # them; nested ones (namedtuples too: leaves() walks their fields) and long ones go through leaves()
+        if type(items) is dict or len(items) > len(POSITIONS) or any(isinstance(a, _NESTED) for a in items):
             pairs = leaves(items)
-        else:  # the forward rows' paths: positions past the table are spelled out, as leaves() does
-            pairs = zip(POSITIONS, items) if len(items) <= len(POSITIONS) else \
-                ((POSITIONS[i] if i < len(POSITIONS) else str(i), a) for i, a in enumerate(items))
+        else:
+            pairs = zip(POSITIONS, items)
         for path, t in pairs:
             if isinstance(t, _Tensor) and t.requires_grad:
                 fn = t.grad_fn
