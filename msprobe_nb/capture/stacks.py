@@ -53,7 +53,7 @@ class StackTable:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._stack_ids: dict[tuple, int] = {}
+        self._stack_ids: dict[bytes, int] = {}  # packed stack key -> stack id
         self._stack_keys: dict[tuple, int] = {}  # (file, line, function) of each user frame -> stack id
         # The frame of the last recorded API call and its stack ids by instruction. While a function's frame
         # runs, its ancestors cannot change, so calls from the same frame only differ by where in it they
