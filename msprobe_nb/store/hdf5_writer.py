@@ -274,7 +274,7 @@ class DumpWriter:
         if isinstance(values, Coded):  # convert each distinct value once, then repeat by code
             codes = np.asarray(values.codes)
             m = len(values.values)
-            # the call fields of a step share one codes array: it is checked once per step
+            # the call fields of a step share one codes array: checked once per step and number of values
             if not any(c is codes and k == m for c, k in self._checked_codes):
                 if codes.dtype.kind not in "iu" or (codes.size and (codes.min() < 0 or codes.max() >= m)):
                     raise ValueError(f"column {col!r}: codes must be integers in [0, {m})")
