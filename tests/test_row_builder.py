@@ -103,6 +103,8 @@ def _script_factory():
         yield "input", {}, {"is_kwarg": True}
         yield "input", tensors["a"], {}  # a bare tensor, not in a tuple
         yield "input", 3.5, {}  # a bare value
+        # scalars met before, and ones equal to them across types: the builder reads describe_value's cache
+        yield "input", (1.0, 1, True, 3, "mean", 3.5, 1e-5, 1.0, 1, True), {}
         point = collections.namedtuple("Point", "x y")
         yield "input", (point(tensors["a"], None), torch.Size([4, 8]), _List([tensors["w"], 2])), {}
         yield "output", point(tensors["w"], {"k": tensors["a"]}), {"set_producer": True}  # walked by leaves()

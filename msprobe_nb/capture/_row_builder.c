@@ -25,10 +25,11 @@ static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
-   where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built). */
+   where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built);
+   C_SCALAR_TEXT is leaves.SCALAR_TEXT, describe_value's cache of plain scalars. */
 enum { C_RECORDER, C_SUMMARIZER, C_SUMMARIZE, C_KERNEL, C_DTYPE_CODES, C_DTYPE_CODE, C_DEVICE_CODE, C_DESCRIBE,
        C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_LEAVES, C_WALK, C_POS,
-       C_SIZE_TYPE, C_SIZE };
+       C_SIZE_TYPE, C_SCALAR_TEXT, C_SIZE };
 
 static PyObject *weak_target(PyObject *ref)
 {
@@ -60,41 +61,31 @@ static int truth(PyObject *v)
     return r;
 }
 
+/* What tensor_row reads of a plain tensor once and its parts share: dtype (borrowed), is_cpu, and numel
+   (the product of its shape). */
+typedef struct {
+    PyObject *dtype;
+    int is_cpu;
+    Py_ssize_t n;
+} Facts;
+
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
    kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
    statistics-only summarizer; a contiguous, not negated float32 CPU strided tensor with elements, all finite);
    every other tensor goes to summarize itself. */
-static PyObject *summarize(PyObject *leaf, PyObject *ctx)
+static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
     PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER);
-    int fast = PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True;
+    Py_ssize_t n = f->n;
+    int fast = PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True && f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32) && f->is_cpu
+               && n > 0;
     PyObject *v = NULL;
-    Py_ssize_t n = 0;
-    if (fast) {
-        v = PyObject_GetAttr(leaf, s_dtype);
-        if (v == NULL)
-            return NULL;
-        fast = v == PyTuple_GET_ITEM(ctx, C_FLOAT32);
-        Py_DECREF(v);
-    }
-    if (fast && (fast = truth(PyObject_GetAttr(leaf, s_is_cpu))) < 0)
-        return NULL;
     if (fast) {
         v = PyObject_GetAttr(leaf, s_layout);
         if (v == NULL)
             return NULL;
         fast = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
         Py_DECREF(v);
-    }
-    if (fast) {
-        v = PyObject_CallMethodNoArgs(leaf, s_numel);
-        if (v == NULL)
-            return NULL;
-        n = PyLong_AsSsize_t(v);
-        Py_DECREF(v);
-        if (n == -1 && PyErr_Occurred())
-            return NULL;
-        fast = n > 0;
     }
     if (fast && (fast = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous))) < 0)
         return NULL;
@@ -167,8 +158,8 @@ static PyObject *take_tensor_id(PyObject *rec)
 
 /* (summary index, tensor_id, producer) of a plain tensor, and its entry in seen, as Recorder._first_sight and
    the seen check before it give them. An entry is [weakref, version, summary index, tensor_id, producer]. */
-static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer,
-                                 PyObject *ctx)
+static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen, PyObject *call,
+                                 PyObject *set_producer, PyObject *ctx)
 {
     PyObject *rec = PyTuple_GET_ITEM(ctx, C_RECORDER);
     PyObject *key = PyLong_FromVoidPtr(leaf);
@@ -191,7 +182,7 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
         tid = take_tensor_id(rec);
         if (tid == NULL)
             goto done;
-        idx = summarize(leaf, ctx);
+        idx = summarize(leaf, f, ctx);
         if (idx == NULL)
             goto done;
         PyObject *ref = PyWeakref_NewRef(leaf, NULL);
@@ -227,7 +218,7 @@ static PyObject *tensor_identity(PyObject *leaf, PyObject *seen, PyObject *call,
     if (same < 0)
         goto done;
     if (!same) {  /* changed in place since it was summarised */
-        idx = summarize(leaf, ctx);
+        idx = summarize(leaf, f, ctx);
         if (idx == NULL)
             goto done;
         Py_INCREF(version);  /* PyList_SetItem steals a reference: done releases ours */
@@ -256,16 +247,57 @@ done:
     return got;
 }
 
+/* numel of a shape (a tuple of ints), or -1 where some size is not a plain int or the product overflows */
+static Py_ssize_t shape_numel(PyObject *shape)
+{
+    Py_ssize_t n = 1;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(shape); j++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, j);
+        if (!PyLong_CheckExact(d))
+            return -1;
+        Py_ssize_t v = PyLong_AsSsize_t(d);
+        if (v < 0 || (v != 0 && n > PY_SSIZE_T_MAX / v)) {
+            PyErr_Clear();
+            return -1;
+        }
+        n *= v;
+    }
+    return n;
+}
+
 static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
                             PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer, PyObject *ctx)
 {
     PyObject *row = NULL, *ident = NULL, *dtype = NULL, *code = NULL, *size = NULL, *shape = NULL;
     PyObject *numel = NULL, *device = NULL, *is_cpu = NULL, *grad = NULL;
-    ident = tensor_identity(leaf, seen, call, set_producer, ctx);
-    if (ident == NULL)
-        goto done;
     dtype = PyObject_GetAttr(leaf, s_dtype);
     if (dtype == NULL)
+        goto done;
+    is_cpu = PyObject_GetAttr(leaf, s_is_cpu);
+    if (is_cpu == NULL)
+        goto done;
+    size = PyObject_GetAttr(leaf, s_shape);
+    if (size == NULL)
+        goto done;
+    shape = PySequence_Tuple(size);
+    if (shape == NULL)
+        goto done;
+    Py_ssize_t n = shape_numel(shape);
+    if (n < 0) {  /* not a product of plain ints: the tensor's own count */
+        numel = PyObject_CallMethodNoArgs(leaf, s_numel);
+        if (numel == NULL)
+            goto done;
+        n = PyLong_AsSsize_t(numel);
+        if (n == -1 && PyErr_Occurred())
+            goto done;
+    } else {
+        numel = PyLong_FromSsize_t(n);
+        if (numel == NULL)
+            goto done;
+    }
+    Facts facts = {dtype, is_cpu == Py_True, n};
+    ident = tensor_identity(leaf, &facts, seen, call, set_producer, ctx);
+    if (ident == NULL)
         goto done;
     code = PyDict_GetItemWithError(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES), dtype);
     if (code != NULL && PyObject_IsTrue(code) == 1) {
@@ -277,18 +309,6 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
         if (code == NULL)
             goto done;
     }
-    size = PyObject_GetAttr(leaf, s_shape);
-    if (size == NULL)
-        goto done;
-    shape = PySequence_Tuple(size);
-    if (shape == NULL)
-        goto done;
-    numel = PyObject_CallMethodNoArgs(leaf, s_numel);
-    if (numel == NULL)
-        goto done;
-    is_cpu = PyObject_GetAttr(leaf, s_is_cpu);
-    if (is_cpu == NULL)
-        goto done;
     if (is_cpu == Py_True) {
         device = PyTuple_GET_ITEM(ctx, C_DEVICE_CPU);
         Py_INCREF(device);
@@ -316,6 +336,12 @@ done:
     return row;
 }
 
+/* A bool, int, float or str itself (no subclass): describe_value caches these, and no such object is a tensor */
+static int is_scalar(PyObject *leaf)
+{
+    return PyFloat_CheckExact(leaf) || PyLong_CheckExact(leaf) || PyBool_Check(leaf) || PyUnicode_CheckExact(leaf);
+}
+
 static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
                            PyObject *leaf, PyObject *ctx)
 {
@@ -323,7 +349,19 @@ static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *
     if (leaf == Py_None)
         return PyTuple_Pack(16, k, name, io, path, is_kwarg, k_none, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
                             s_empty, s_empty, nan, s_empty);
-    PyObject *d = PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_DESCRIBE), leaf);
+    PyObject *d = NULL, *kind = (PyObject *)Py_TYPE(leaf);
+    if (is_scalar(leaf)) {  /* describe_value's own cache first: (type, value) -> (type name, text) */
+        PyObject *key = PyTuple_Pack(2, kind, leaf);
+        if (key == NULL)
+            return NULL;
+        d = PyDict_GetItemWithError(PyTuple_GET_ITEM(ctx, C_SCALAR_TEXT), key);
+        Py_DECREF(key);
+        if (d == NULL && PyErr_Occurred())
+            return NULL;
+        Py_XINCREF(d);
+    }
+    if (d == NULL)
+        d = PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_DESCRIBE), leaf);
     if (d == NULL)
         return NULL;
     PyObject *row = NULL;
@@ -352,6 +390,8 @@ static int add_leaf(Rows *r, PyObject *path, PyObject *leaf)
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plain); j++)
             if (kind == PyTuple_GET_ITEM(plain, j))
                 fast = 1;
+        if (!fast && (leaf == Py_None || is_scalar(leaf)))
+            fast = 2;  /* isinstance() through torch.Tensor's metaclass costs more than the row itself */
         if (!fast) {
             int is_tensor = PyObject_IsInstance(leaf, PyTuple_GET_ITEM(ctx, C_TENSOR));
             if (is_tensor < 0)
@@ -507,6 +547,7 @@ static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *ctx = args[10];
     if (!PyList_CheckExact(args[0]) || !PyUnicode_Check(args[2]) || !PyUnicode_Check(args[4]) || !PyDict_Check(args[9])
         || !PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != C_SIZE || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES))
+        || !PyDict_CheckExact(PyTuple_GET_ITEM(ctx, C_SCALAR_TEXT))
         || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_POS))) {
         PyErr_SetString(PyExc_TypeError, "build_rows() got arguments of the wrong types");
         return NULL;

@@ -85,7 +85,7 @@ class RecordedValue:
 #: (type, value) -> (type name, JSON text) of the plain scalars calls pass again and again (an optimizer's lr
 #: and betas, a dim, an eps): a dict lookup instead of a rendering per row. Zero floats are left out (-0.0
 #: equals 0.0 but renders apart), and NaN.
-_SCALAR_TEXT: dict[tuple[type, Any], tuple[str, str]] = {}
+SCALAR_TEXT: dict[tuple[type, Any], tuple[str, str]] = {}
 _SCALAR_TYPES = (bool, int, float, str)
 
 
@@ -94,14 +94,14 @@ def describe_value(x: Any) -> tuple[str, str]:
     kind = type(x)
     if kind in _SCALAR_TYPES:
         key = (kind, x)
-        got = _SCALAR_TEXT.get(key)
+        got = SCALAR_TEXT.get(key)
         if got is None:
             got = _describe(x)
             # not 0.0 / -0.0, nor NaN (each NaN object would be a new key), nor long strings
             if (kind is not float or (x and x == x)) and (kind is not str or len(x) <= 64):
-                if len(_SCALAR_TEXT) >= 4096:
-                    _SCALAR_TEXT.clear()
-                _SCALAR_TEXT[key] = got
+                if len(SCALAR_TEXT) >= 4096:
+                    SCALAR_TEXT.clear()
+                SCALAR_TEXT[key] = got
         return got
     return _describe(x)
 

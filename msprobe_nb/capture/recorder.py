@@ -21,7 +21,7 @@ from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the mod
 from msprobe_nb.capture.collectives import Collectives
 from msprobe_nb.capture.custom_functions import CustomFunctions
 from msprobe_nb.capture.grad_hooks import GradientHooks
-from msprobe_nb.capture.leaves import POSITIONS, describe_value, leaves, walk
+from msprobe_nb.capture.leaves import POSITIONS, SCALAR_TEXT, describe_value, leaves, walk
 from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.overflow_watch import OverflowWatch
 from msprobe_nb.capture.stacks import StackTable
@@ -88,7 +88,7 @@ class Recorder:
         summ = self.summarizer
         self._row_ctx = (self, summ, summ.summarize, summ.uses_kernel(), self._dtypes.codes, self._dtypes.code,
                          self._device_code, describe_value, self._row_of, NAN, DEVICE_CPU, PLAIN_TENSORS, torch.Tensor,
-                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size)
+                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size, SCALAR_TEXT)
         self.reset_step()
 
     def working(self) -> _Working:
