@@ -20,16 +20,18 @@
 #include "_stats_pass.h"
 
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_dot, *s_empty;
-static PyObject *s_layout, *s_is_contiguous, *s_is_neg, *s_data_ptr, *s_values, *s_next_id;
+static PyObject *s_layout, *s_is_contiguous, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
    where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built);
-   C_SCALAR_TEXT is leaves.SCALAR_TEXT, describe_value's cache of plain scalars. */
+   C_SCALAR_TEXT is leaves.SCALAR_TEXT, describe_value's cache of plain scalars; C_HOST_COPY is
+   Summarizer.host_copies_in_c(): (numpy.empty, numpy's float32, the largest copy in bytes) where the tensor
+   task's summarizer would copy a small float32 tensor into a numpy array, else None. */
 enum { C_RECORDER, C_SUMMARIZER, C_SUMMARIZE, C_KERNEL, C_DTYPE_CODES, C_DTYPE_CODE, C_DEVICE_CODE, C_DESCRIBE,
        C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_LEAVES, C_WALK, C_POS,
-       C_SIZE_TYPE, C_SCALAR_TEXT, C_SIZE };
+       C_SIZE_TYPE, C_SCALAR_TEXT, C_HOST_COPY, C_SIZE };
 
 static PyObject *weak_target(PyObject *ref)
 {
@@ -61,10 +63,10 @@ static int truth(PyObject *v)
     return r;
 }
 
-/* What tensor_row reads of a plain tensor once and its parts share: dtype (borrowed), is_cpu, and numel
-   (the product of its shape). */
+/* What tensor_row reads of a plain tensor once and its parts share: dtype and shape (a tuple; both
+   borrowed), is_cpu, and numel (the product of the shape). */
 typedef struct {
-    PyObject *dtype;
+    PyObject *dtype, *shape;
     int is_cpu;
     Py_ssize_t n;
 } Facts;
@@ -75,10 +77,21 @@ typedef struct {
    every other tensor goes to summarize itself. */
 static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
-    PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER);
-    Py_ssize_t n = f->n;
-    int fast = PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True && f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32) && f->is_cpu
-               && n > 0;
+    PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER), *how = PyTuple_GET_ITEM(ctx, C_HOST_COPY);
+    Py_ssize_t n = f->n, address = 0;
+    int copying = how != Py_None;
+    if (copying && !(PyTuple_CheckExact(how) && PyTuple_GET_SIZE(how) == 3)) {
+        PyErr_SetString(PyExc_TypeError, "the host-copy entry of the row context must be None or a triple");
+        return NULL;
+    }
+    int fast = (PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True || copying) && f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32)
+               && f->is_cpu && n > 0;
+    if (fast && copying) {  /* only copies the summarizer makes as numpy arrays: larger ones are torch clones */
+        Py_ssize_t most = PyLong_AsSsize_t(PyTuple_GET_ITEM(how, 2));
+        if (most == -1 && PyErr_Occurred())
+            return NULL;
+        fast = n <= most / (Py_ssize_t)sizeof(float);
+    }
     PyObject *v = NULL;
     if (fast) {
         v = PyObject_GetAttr(leaf, s_layout);
@@ -100,7 +113,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
         v = PyObject_CallMethodNoArgs(leaf, s_data_ptr);
         if (v == NULL)
             return NULL;
-        Py_ssize_t address = PyLong_AsSsize_t(v);
+        address = PyLong_AsSsize_t(v);
         Py_DECREF(v);
         if (address == -1 && PyErr_Occurred())
             return NULL;
@@ -119,25 +132,49 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
     }
     if (!fast)
         return PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_SUMMARIZE), leaf);
+    PyObject *copy = NULL;  /* the tensor task's host copy: numpy.empty(shape, float32), filled from the tensor */
+    if (copying) {
+        copy = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(how, 0), f->shape, PyTuple_GET_ITEM(how, 1), NULL);
+        if (copy == NULL)
+            return NULL;
+        Py_buffer view;
+        if (PyObject_GetBuffer(copy, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(copy);
+            return NULL;
+        }
+        int fits = view.len == n * (Py_ssize_t)sizeof(float);
+        if (fits)
+            memcpy(view.buf, (const void *)address, (size_t)view.len);
+        PyBuffer_Release(&view);
+        if (!fits) {
+            PyErr_SetString(PyExc_ValueError, "a host copy's buffer does not match its tensor's size");
+            Py_DECREF(copy);
+            return NULL;
+        }
+    }
     /* the kernel's (max, min, sum, norm) as _fused_stats.result gives them, then stats.py's mean = sum / n */
     double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
     double sum = (double)(float)out[2];
     PyObject *row = Py_BuildValue("(ddddddd)", out[0], out[1], sum / (double)n, (double)(float)norm, 0.0, 0.0, 0.0);
-    if (row == NULL)
-        return NULL;
-    PyObject *values = PyObject_GetAttr(summ, s_values);
-    if (values == NULL || !PyList_CheckExact(values)) {
-        if (values != NULL)
-            PyErr_SetString(PyExc_TypeError, "the summarizer's values must be a list");
-        Py_XDECREF(values);
-        Py_DECREF(row);
-        return NULL;
+    PyObject *values = row == NULL ? NULL : PyObject_GetAttr(summ, s_values);
+    PyObject *tensors = values == NULL || !copying ? NULL : PyObject_GetAttr(summ, s_tensors);
+    Py_ssize_t idx = -1;
+    if (values != NULL && (!copying || tensors != NULL)) {
+        if (!PyList_CheckExact(values) || (copying && !PyList_CheckExact(tensors)))
+            PyErr_SetString(PyExc_TypeError, "the summarizer's values and tensors must be lists");
+        else if (copying && PyList_GET_SIZE(tensors) != PyList_GET_SIZE(values))
+            PyErr_SetString(PyExc_ValueError, "the summarizer's values and tensors are not aligned");
+        else if (PyList_Append(values, row) == 0) {  /* as summarize: the statistics, then the copy */
+            idx = PyList_GET_SIZE(values) - 1;
+            if (copying && PyList_Append(tensors, copy) < 0)
+                idx = -1;
+        }
     }
-    int failed = PyList_Append(values, row);
-    Py_DECREF(row);
-    Py_ssize_t idx = PyList_GET_SIZE(values) - 1;
-    Py_DECREF(values);
-    return failed ? NULL : PyLong_FromSsize_t(idx);
+    Py_XDECREF(row);
+    Py_XDECREF(values);
+    Py_XDECREF(tensors);
+    Py_XDECREF(copy);
+    return idx < 0 ? NULL : PyLong_FromSsize_t(idx);
 }
 
 /* the recorder's next tensor_id, counted on */
@@ -295,7 +332,7 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
         if (numel == NULL)
             goto done;
     }
-    Facts facts = {dtype, is_cpu == Py_True, n};
+    Facts facts = {dtype, shape, is_cpu == Py_True, n};
     ident = tensor_identity(leaf, &facts, seen, call, set_producer, ctx);
     if (ident == NULL)
         goto done;
@@ -586,6 +623,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     s_values = PyUnicode_InternFromString("_values");
     s_next_id = PyUnicode_InternFromString("_next_tensor_id");
+    s_tensors = PyUnicode_InternFromString("tensors");
     k_one = PyLong_FromLong(1);
     k_tensor = PyLong_FromLong(0);
     k_none = PyLong_FromLong(1);
@@ -594,7 +632,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     k_minus_one = PyLong_FromLong(-1);
     if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_dot || !s_empty
         || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous
-        || !s_is_neg || !s_data_ptr || !s_values || !s_next_id)
+        || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -88,7 +88,8 @@ class Recorder:
         summ = self.summarizer
         self._row_ctx = (self, summ, summ.summarize, summ.uses_kernel(), self._dtypes.codes, self._dtypes.code,
                          self._device_code, describe_value, self._row_of, NAN, DEVICE_CPU, PLAIN_TENSORS, torch.Tensor,
-                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size, SCALAR_TEXT)
+                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size, SCALAR_TEXT,
+                         summ.host_copies_in_c())
         self.reset_step()
 
     def working(self) -> _Working:

@@ -358,6 +358,15 @@ class Summarizer:
         nothing else): the recorder's C row builder then computes those itself (capture/_row_builder.c)."""
         return self._stats_only and _fused_at is not None
 
+    def host_copies_in_c(self) -> tuple | None:
+        """Where the recorder's C row builder may do :meth:`summarize`'s work for a small float32 tensor of the
+        tensor task itself (statistics from the C kernel, then the host copy :func:`_host_copy` would make, a
+        numpy array): ``(numpy.empty, float32, the largest such copy in bytes)``; None for other summarizers
+        (hashes, no statistics, no kernel built)."""
+        if self.keep_tensors and self.want_stats and not self.want_hash and _fused_at is not None:
+            return np.empty, np.dtype(np.float32), NUMPY_COPY_MAX_BYTES
+        return None
+
     def _float32(self, t: torch.Tensor, n: int) -> None:
         """Append the statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements): from the C kernel,
         else staged in a batch (small tensors), else from torch's reductions."""
