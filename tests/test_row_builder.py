@@ -216,16 +216,16 @@ class _Block(nn.Module):
         return self.drop(torch.relu(h)) + x
 
 
-def _record(tmp, level, c, make):
+def _record(tmp, level, c, make, task="statistics", dump=False):
     """The calls table of two recorded steps of ``make()``'s (model, one-step function), with the C row builder
-    or (``c`` False) the Python loop."""
+    or (``c`` False) the Python loop (``dump``: the whole dump, to read its tensors)."""
     torch.manual_seed(0)
     model, run_step = make()
     saved = recorder_mod._build_rows
     if not c:
         recorder_mod._build_rows = None  # as where setup.py found no compiler
     try:
-        dbg = msprobe_nb.Debugger(dump_path=tmp, level=level, task="statistics")
+        dbg = msprobe_nb.Debugger(dump_path=tmp, level=level, task=task)
         for _ in range(2):
             dbg.start(model)
             run_step()
@@ -234,7 +234,7 @@ def _record(tmp, level, c, make):
         dbg.close()
     finally:
         recorder_mod._build_rows = saved
-    return read_hdf5(tmp).calls
+    return msprobe_nb.load(tmp) if dump else read_hdf5(tmp).calls
 
 
 def _assert_same_columns(c, py):
@@ -283,6 +283,22 @@ def test_a_recording_is_the_same_with_either_row_builder(tmp_path, level, model)
     py = _record(tmp_path / "py", level, False, make)
     assert len(c) == len(py) > 20
     _assert_same_columns(c, py)
+
+
+@pytest.mark.parametrize("model", ["own", "gpt2"])
+def test_a_tensor_recording_is_the_same_with_either_row_builder(tmp_path, model):
+    """The tensor task: the C builder makes small float32 copies itself; every saved tensor reads back with the
+    same dtype, shape and bits as the Python path's."""
+    make = _with_adamw(_own_model, _own_step) if model == "own" else _with_adamw(_gpt2, _lm_step)
+    c = _record(tmp_path / "c", "L1", True, make, task="tensor", dump=True)
+    py = _record(tmp_path / "py", "L1", False, make, task="tensor", dump=True)
+    _assert_same_columns(c.calls, py.calls)
+    saved = c.calls.loc[c.calls["data_name"] != "", ["data_name", "step", "rank"]].drop_duplicates()
+    assert len(saved) > 20
+    for name, step, rank in saved.itertuples(index=False):
+        a, b = c.load_tensor(name, step, rank), py.load_tensor(name, step, rank)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)), name  # bits: NaN too
 
 
 @pytest.mark.parametrize("name", ["bert", "t5", "mixtral", "vit", "resnet", "unet"])
