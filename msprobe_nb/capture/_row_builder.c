@@ -9,7 +9,8 @@
  * them equal). A tensor first met, changed in
  * place, or coming out of the call is given its identity here as Recorder._first_sight does, and its
  * statistics as Summarizer.summarize does for a finite contiguous float32 CPU tensor (the shared kernel,
- * _stats_pass.h); any other tensor is summarised by Summarizer.summarize itself.
+ * _stats_pass.h), with the tensor task's host copy of a small one; any other tensor is summarised by
+ * Summarizer.summarize itself.
  *
  * setup.py builds it as an optional extension; without it Recorder.add_rows runs its Python loop.
  */
@@ -73,8 +74,10 @@ typedef struct {
 
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
    kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
-   statistics-only summarizer; a contiguous, not negated float32 CPU strided tensor with elements, all finite);
-   every other tensor goes to summarize itself. */
+   statistics-only summarizer; a contiguous, not negated float32 CPU strided tensor with elements, all finite),
+   and for the tensor task also the host copy _host_copy makes of such a tensor of at most C_HOST_COPY's bytes
+   (a C-ordered numpy float32 array of its shape, appended to the summarizer's tensors); every other tensor
+   goes to summarize itself. */
 static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
     PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER), *how = PyTuple_GET_ITEM(ctx, C_HOST_COPY);
