@@ -4,6 +4,7 @@ Run from the repository root (``. .venv/bin/activate`` first; the real models ne
 
     python benchmarks/bench_fast_paths.py                        # GPT-2 and ResNet, L0 and L1
     python benchmarks/bench_fast_paths.py --models gpt2,vit,unet --levels L1 --rounds 20
+    python benchmarks/bench_fast_paths.py --task tensor --models vit --levels L1   # the C host copies too
 
 Why a benchmark of its own: between processes the plain step of one model wanders by 10-20 % on this
 machine, which is more than one fast path changes. Here one process records the same model with each path
@@ -12,6 +13,8 @@ rotating order, so every arm meets the same machine. Arms:
 
 * ``plain``: no recording;
 * ``all C``: every C path that was built;
+* ``no C copies`` (``--task tensor`` only): the row builder without its host copies, which
+  ``Summarizer.summarize`` then makes (``_host_copy``);
 * ``no row builder``: ``Recorder.add_rows``' Python loop instead of ``_row_builder.c`` (the kernel
   statistics and the stack keys stay in C);
 * ``Python only``: no C at all (statistics from torch, the Python stack walk, the Python rows).
@@ -32,6 +35,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 ARMS = ("plain", "all C", "no row builder", "Python only")
+#: the arms of each task: the tensor task's C host copies get an arm of their own
+TASK_ARMS = {"statistics": ARMS, "tensor": ("plain", "all C", "no C copies", "no row builder", "Python only")}
 
 
 class _Switches:
@@ -41,11 +46,13 @@ class _Switches:
         from msprobe_nb.capture import recorder, stacks, stats
         self.dbg, self.recorder_mod, self.stacks_mod, self.stats_mod = dbg, recorder, stacks, stats
         self.saved = (recorder._build_rows, stacks._stack_key, stats._fused_at)
+        self.ctx = dbg._recorder._row_ctx  # its last entry: where the builder makes host copies itself
 
     def set(self, arm: str) -> None:
         rec = self.dbg._recorder
         build, key, fused = self.saved
         rec.build_rows = None if arm in ("no row builder", "Python only") else build
+        rec._row_ctx = self.ctx[:-1] + (None,) if arm == "no C copies" else self.ctx
         self.stacks_mod._stack_key = None if arm == "Python only" else key
         self.stats_mod._fused_at = None if arm == "Python only" else fused
 
@@ -53,8 +60,8 @@ class _Switches:
         self.set("all C")
 
 
-def measure(model: str, level: str, rounds: int, warmup: int, tmp: str) -> dict[str, float]:
-    """Median CPU ms per step of each arm, on one model and level."""
+def measure(model: str, level: str, rounds: int, warmup: int, tmp: str, task: str = "statistics") -> dict[str, float]:
+    """Median CPU ms per step of each arm of ``task`` (:data:`TASK_ARMS`), on one model and level."""
     import torch
     from recording.real_models import build
 
@@ -62,7 +69,8 @@ def measure(model: str, level: str, rounds: int, warmup: int, tmp: str) -> dict[
 
     torch.set_num_threads(1)
     work = build(model)
-    dbg = msprobe_nb.Debugger(dump_path=os.path.join(tmp, f"{model}-{level}"), level=level, task="statistics")
+    arms = TASK_ARMS[task]
+    dbg = msprobe_nb.Debugger(dump_path=os.path.join(tmp, f"{model}-{level}-{task}"), level=level, task=task)
     dbg.start(work.model)  # the recorder exists from the first start on
     dbg.stop()
     switches = _Switches(dbg)
@@ -78,10 +86,10 @@ def measure(model: str, level: str, rounds: int, warmup: int, tmp: str) -> dict[
             dbg.step()
         return time.process_time() - t0
 
-    times: dict[str, list[float]] = {a: [] for a in ARMS}
+    times: dict[str, list[float]] = {a: [] for a in arms}
     try:
         for r in range(warmup + rounds):
-            order = ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]  # each arm takes each place in turn
+            order = arms[r % len(arms):] + arms[:r % len(arms)]  # each arm takes each place in turn
             for arm in order:
                 switches.set(arm)
                 dt = step(arm)
@@ -95,17 +103,19 @@ def measure(model: str, level: str, rounds: int, warmup: int, tmp: str) -> dict[
 
 def report(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     """A markdown table: the plain step's ms and each arm's ratio to it; then what each path saves."""
-    lines = ["| model | level | plain ms | all C | no row builder | Python only |",
-             "|---|---|---|---|---|---|"]
+    arms = list(next(iter(results.values()))) if results else list(ARMS)
+    lines = ["| model | level | plain ms | " + " | ".join(arms[1:]) + " |", "|---|---|---|" + "---|" * (len(arms) - 1)]
     for (model, level), ms in results.items():
         plain = ms["plain"]
-        cells = [f"{ms[a] / plain:.2f}x" for a in ARMS[1:]]
+        cells = [f"{ms[a] / plain:.2f}x" for a in arms[1:]]
         lines.append(f"| {model} | {level} | {plain:.1f} | " + " | ".join(cells) + " |")
     lines.append("")
+    words = {"no C copies": "without the C host copies", "no row builder": "without the row builder",
+             "Python only": "with no C path"}
     for (model, level), ms in results.items():
         c = ms["all C"]
-        lines.append(f"{model} {level}: without the row builder a step takes {ms['no row builder'] / c - 1:+.1%} "
-                     f"longer than with every C path, with no C path {ms['Python only'] / c - 1:+.1%}")
+        lines.append(f"{model} {level}: against every C path, a step takes "
+                     + ", ".join(f"{ms[a] / c - 1:+.1%} {words[a]}" for a in arms[2:]))
     return lines
 
 
@@ -115,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--levels", default="L0,L1", help="comma list of L0, L1, mix")
     ap.add_argument("--rounds", type=int, default=15, help="timed steps per arm (default 15)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    ap.add_argument("--task", default="statistics", choices=sorted(TASK_ARMS), help="the recording task")
     args = ap.parse_args(argv)
     from msprobe_nb.capture import recorder, stacks, stats
     built = [n for n, f in (("row builder", recorder._build_rows), ("stack keys", stacks._stack_key),
@@ -124,7 +135,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for level in args.levels.split(","):
-                results[model, level] = ms = measure(model, level, args.rounds, args.warmup, tmp)
+                results[model, level] = ms = measure(model, level, args.rounds, args.warmup, tmp, args.task)
                 print(f"  {model} {level}: " + ", ".join(f"{a} {v:.1f} ms" for a, v in ms.items()), flush=True)
     print("\n".join(["", *report(results)]))
     return 0
