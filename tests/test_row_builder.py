@@ -182,6 +182,8 @@ def test_bad_arguments_raise_instead_of_crashing():
         build([], (t,), None, 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
     with pytest.raises(TypeError):
         build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen)
+    with pytest.raises(TypeError):  # the host-copy entry is None or a triple
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx[:-1] + ((1, 2),))
     rec._seen[id(t)] = "not an entry"
     with pytest.raises(TypeError, match="seen"):
         build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)

@@ -82,11 +82,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
     PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER), *how = PyTuple_GET_ITEM(ctx, C_HOST_COPY);
     Py_ssize_t n = f->n, address = 0;
-    int copying = how != Py_None;
-    if (copying && !(PyTuple_CheckExact(how) && PyTuple_GET_SIZE(how) == 3)) {
-        PyErr_SetString(PyExc_TypeError, "the host-copy entry of the row context must be None or a triple");
-        return NULL;
-    }
+    int copying = how != Py_None;  /* build_rows checked it: None or a triple */
     int fast = (PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True || copying) && f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32)
                && f->is_cpu && n > 0;
     if (fast && copying) {  /* only copies the summarizer makes as numpy arrays: larger ones are torch clones */
@@ -588,6 +584,8 @@ static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!PyList_CheckExact(args[0]) || !PyUnicode_Check(args[2]) || !PyUnicode_Check(args[4]) || !PyDict_Check(args[9])
         || !PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != C_SIZE || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES))
         || !PyDict_CheckExact(PyTuple_GET_ITEM(ctx, C_SCALAR_TEXT))
+        || !(PyTuple_GET_ITEM(ctx, C_HOST_COPY) == Py_None
+             || (PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_HOST_COPY)) && PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, C_HOST_COPY)) == 3))
         || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_POS))) {
         PyErr_SetString(PyExc_TypeError, "build_rows() got arguments of the wrong types");
         return NULL;
