@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,21 @@ def cmd_compare(a: argparse.Namespace) -> int:
         res.to_msprobe_csv(out, include_bench_only=not a.no_bench_only)
     if verbose:
         print(res.summary())
+        _print_random_trace(res)
         if out is not None:
             print(f"wrote {out}")
     return _fail_code(res.counts(), a.fail_on)
+
+
+def _print_random_trace(res) -> None:
+    """After the first divergence: the random draws behind it, their lines and the fix (as the notebook shows)."""
+    if res.first_divergence() is None:
+        return
+    from msprobe_nb.analysis.provenance import trace_randomness
+
+    trace = trace_randomness(res)
+    if trace.found:
+        print(trace)
 
 
 def _fail_code(counts: dict, fail_on: str | None) -> int:
@@ -229,11 +242,18 @@ def cmd_monitor(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(a: argparse.Namespace) -> int:
+    from msprobe_nb.demo import main as demo
+
+    return demo(["--out", a.out] if a.out else [])
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Compare, inspect and export msprobe_nb and msprobe dumps.")
     p.add_argument("-f", "--framework", choices=["pytorch"], help=argparse.SUPPRESS)  # msprobe's legacy flag
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config,acc-check,acc-compare,monitor}")
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config,acc-check,acc-compare,monitor,demo}")
 
     c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
                        description="Compare two dumps; write msprobe's compare CSV with -o.")
@@ -310,15 +330,77 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--norm-tolerance", type=float, default=0.01, help="norm ratio off 1 by more than this parts")
     n.add_argument("--anomalies", type=int, default=10, metavar="N", help="list the first N anomalies (10)")
     n.set_defaults(func=cmd_monitor)
+
+    d = sub.add_parser("demo", help="record, compare and fix the randomness demo (python -m msprobe_nb.demo)")
+    d.add_argument("--out", help="folder for the dumps (default: a temporary folder, removed at the end)")
+    d.set_defaults(func=cmd_demo)
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from msprobe_nb import __version__
+    try:
+        torch = version("torch")
+    except PackageNotFoundError:
+        torch = "not installed"
+    return f"{PROG} {__version__} (torch {torch}, python {sys.version.split()[0]})"
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if command in getattr(action, "choices", {}):
+            return action.choices[command]
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parse_args, with a did-you-mean for each mistyped flag (``--levle``: ``--level``), as config keys get."""
+    from msprobe_nb.config import unknown_flags
+
+    a, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparser(parser, getattr(a, "command", None))
+        sub.error(unknown_flags(extra, [*sub._option_string_actions, *parser._option_string_actions]))
+    return a
+
+
+def shadowing_folder(cwd: Path | None = None) -> Path | None:
+    """A ``msprobe_nb`` folder in ``cwd`` that is not the package (the clone, seen from its parent folder): Python
+    started there imports it as an empty namespace package, and ``msprobe_nb.record`` is missing."""
+    folder = (cwd or Path.cwd()) / "msprobe_nb"
+    try:
+        if folder.is_dir() and not (folder / "__init__.py").is_file():
+            return folder
+    except OSError:
+        return None
+    return None
+
+
+def _note(message, category, filename, lineno, file=None, line=None) -> None:
+    """The kit's warnings, said once as plain notes (no source line of the kit's own code)."""
+    print(f"{PROG}: note: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    folder = shadowing_folder()
+    if folder is not None:
+        print(f"{PROG}: note: {folder} is a folder without __init__.py (the clone, seen from its parent?): Python "
+              "started in this folder imports it instead of the kit (\"module 'msprobe_nb' has no attribute "
+              "'record'\"); work inside the clone or elsewhere", file=sys.stderr)
     parser = build_parser()
-    a = parser.parse_args(argv)
+    a = _parse(parser, argv)
     if not getattr(a, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = _note
+        return _run(a)
+
+
+def _run(a: argparse.Namespace) -> int:
     from msprobe_nb.analysis.compare import CompareError
 
     try:

@@ -15,7 +15,7 @@ import json
 import numbers
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,14 +309,30 @@ _ALL_TOP = _TOP_KEYS + _KIT_SUBDICTS + tuple(FOREIGN_TASKS)
 
 
 # --------------------------------------------------------------------------- loading
+def did_you_mean(word: str, allowed: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``allowed`` (empty when none is close): config keys, and the
+    magics' and the command line's flags alike."""
+    close = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def unknown_flags(words: Iterable[str], allowed: Iterable[str]) -> str:
+    """The message for flags a shell does not know, each with its did-you-mean: ``unrecognized arguments:
+    --levle (did you mean '--level'?)``. Words that are not flags are listed as they are."""
+    allowed = [a for a in allowed if a.startswith("--") and a != "--help"]
+    parts = []
+    for w in words:
+        hint = did_you_mean(w.split("=", 1)[0], allowed) if w.startswith("-") else ""
+        parts.append(f"{w} ({hint.strip().replace('Did', 'did')})" if hint else w)
+    return "unrecognized arguments: " + " ".join(parts)
+
+
 def _unknown(key: str, where: str, allowed: tuple[str, ...], elsewhere: Mapping[str, str]) -> ConfigError:
     msg = f"{where}: unknown key {key!r}."
     if key in elsewhere:
         msg += f" {key!r} belongs {elsewhere[key]}."
     else:
-        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-        if close:
-            msg += f" Did you mean {close[0]!r}?"
+        msg += did_you_mean(key, allowed)
     return ConfigError(msg + f" Allowed keys: {', '.join(sorted(allowed))}", key)
 
 

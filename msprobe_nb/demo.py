@@ -12,6 +12,7 @@ Run it with ``python -m msprobe_nb.demo`` (or ``msprobe-nb demo``).
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -76,12 +77,29 @@ def training_step(dump_path, machine: str = "npu", *, seed: int = 0, level: str 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="msprobe_nb.demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="folder for the dumps (default: a temporary folder)")
+    p.add_argument("--out", help="folder for the dumps, kept (default: a temporary folder, removed at the end)")
     args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="msprobe_nb_demo_"))
+    try:
+        ok = _run(out)
+    finally:
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"removed the demo's temporary folder {out} (keep the dumps with --out DIR)")
+    print(NEXT)
+    return 0 if ok else 1
+
+
+#: what to do after the demo
+NEXT = ("next: the same story step by step in notebooks/03_randomness.ipynb (jupyter lab notebooks/), your own "
+        "runs with notebooks/01_quickstart.ipynb, or msprobe-nb compare NPU_DUMP BENCH_DUMP on two dumps")
+
+
+def _run(out: Path) -> bool:
+    """The demo's four steps, dumps under ``out``; True when the fix makes every call agree."""
     from msprobe_nb.analysis.compare import compare
     from msprobe_nb.analysis.provenance import trace_randomness
 
-    out = Path(args.out or tempfile.mkdtemp(prefix="msprobe_nb_demo_"))
     print(f"1. record one training step on each machine (npu: {machine_device('npu')}, bench: cpu) -> {out}")
     npu = training_step(out / "npu", "npu")
     bench = training_step(out / "bench", "bench")
@@ -98,7 +116,7 @@ def main(argv=None) -> int:
     print(f"   compare: {counts}; first divergence: {result.first_divergence()}")
     ok = counts["error"] == 0 and counts["diverging"] == 0
     print("   every call agrees" if ok else "   the runs still differ")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

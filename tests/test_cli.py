@@ -122,3 +122,86 @@ def test_python_dash_m():
     p = subprocess.run([sys.executable, "-m", "msprobe_nb.cli", "compare", "/no/a", "/no/b"], cwd=REPO,
                        capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "not found" in p.stderr
+
+
+def _cli(*argv, cwd=REPO):
+    """The installed command, as a user runs it: a subprocess (stdout, stderr, exit code)."""
+    p = subprocess.run([sys.executable, "-m", "msprobe_nb.cli", *argv], cwd=cwd, capture_output=True, text=True,
+                       timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_version_and_did_you_mean():
+    rc, out, err = _cli("--version")
+    assert rc == 0 and out.startswith("msprobe-nb 0.") and "torch" in out, (out, err)
+    rc, _, err = _cli("config", "--levle", "mix")
+    assert rc == 2 and "--levle (did you mean '--level'?)" in err and "Traceback" not in err, err
+    rc, _, err = _cli("compare", "a", "b", "--fuzy")
+    assert rc == 2 and "did you mean '--fuzzy'?" in err, err
+
+
+def test_notes_are_plain_lines_not_userwarnings(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"task": "statistics", "level": "L1", "risk_level": "high"}))
+    rc, out, err = _cli("config", str(cfg))
+    assert rc == 0 and "records statistics L1" in out, (out, err)
+    assert "msprobe-nb: note: risk_level='high' ignored" in err and "Warning" not in err, err
+    assert err.count("risk_level") == 1, err
+
+
+@pytest.fixture(scope="module")
+def random_dumps(tmp_path_factory):
+    """The randomness tutorial's two dumps (the demo's first step)."""
+    from msprobe_nb.demo import training_step
+
+    out = tmp_path_factory.mktemp("demo")
+    training_step(out / "npu", "npu")
+    training_step(out / "bench", "bench")
+    return out
+
+
+def test_compare_prints_the_divergence_its_trace_and_its_fix(random_dumps):
+    rc, out, err = _cli("compare", str(random_dumps / "npu" / "rank0.h5"), str(random_dumps / "bench" / "rank0.h5"))
+    assert rc == 0, err
+    assert "first divergence: Torch.randint.0.forward" in out, out
+    assert "random draw Torch.randint.0.forward" in out and "demo.py" in out, out
+    assert "fix: randint: draw it on the host" in out and "--host-random" in out, out
+
+
+def test_monitor_folder_points_to_the_monitor_readers(tmp_path):
+    import torch
+
+    import msprobe_nb as mp
+
+    model = torch.nn.Linear(3, 3)
+    mon = mp.Monitor(model, dump_path=tmp_path / "mon")
+    model(torch.randn(2, 3)).sum().backward()
+    mon.step(loss=1.0)
+    mon.close()
+    with pytest.raises(FileNotFoundError, match=r"training monitor record.*load_monitor.*msprobe-nb monitor"):
+        mp.load(tmp_path / "mon")
+    for target in (tmp_path / "mon", tmp_path / "mon" / "monitor_rank0.h5"):
+        rc, _, err = _cli("info", str(target))
+        assert rc == 2 and "load_monitor(" in err and "msprobe-nb monitor" in err, err
+
+
+def test_the_clone_s_parent_folder_is_named(tmp_path):
+    """Run where a `msprobe_nb/` folder without __init__.py (the clone, seen from its parent) would shadow the
+    package for Python started there: the command says so."""
+    (tmp_path / "msprobe_nb" / "msprobe_nb").mkdir(parents=True)
+    env_cwd = tmp_path
+    p = subprocess.run([str(Path(sys.executable).with_name("msprobe-nb")), "--version"], cwd=env_cwd,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "no attribute 'record'" in p.stderr and "work inside the clone" in p.stderr, p.stderr
+    rc, _, err = _cli("--version")
+    assert "no attribute 'record'" not in err, err
+
+
+def test_demo_removes_its_folder_and_says_what_next(tmp_path):
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "msprobe_nb.demo"], cwd=REPO, capture_output=True, text=True,
+                       timeout=180, env=env)
+    assert p.returncode == 0, p.stderr
+    assert not list(tmp_path.glob("msprobe_nb_demo_*")), list(tmp_path.iterdir())
+    assert "removed the demo's temporary folder" in p.stdout and "next: " in p.stdout, p.stdout
+    assert "03_randomness" in p.stdout, p.stdout

@@ -73,6 +73,61 @@ def test_readme_has_three_setup_commands_the_third_opens_the_tutorials():
     assert "notebook" in _extras(" ".join(_pip_installs(third))), "step 3 does not install the [notebook] extra"
 
 
+def _step(block: str, n: int) -> str:
+    start = block.index(f"# {n}. ")
+    nxt = block.find(f"# {n + 1}. ", start)
+    return block[start:nxt if nxt >= 0 else len(block)]
+
+
+def _labelled_commands(step: str) -> list[tuple[str, str]]:
+    """(label, command) for each command line of a step: the comment line just above it is its label."""
+    out, label = [], ""
+    for line in step.splitlines():
+        if line.startswith("#"):
+            label = line.lstrip("# ").strip()
+        elif line.strip():
+            out.append((label, line.strip()))
+    return out
+
+
+def test_readme_first_command_is_the_cpu_one_ci_runs():
+    """The first command is the one this machine and CI run (.ci/run installs the same pin and extras): its pip
+    finds the CPU wheel without PyTorch's index, so the command runs as written."""
+    label, first = _labelled_commands(_step(_setup_block(), 1))[0]
+    assert "CPU" in label and "CI" in label, f"the first command's label {label!r} does not say CPU / CI"
+    assert "index-url" not in first and "python -m msprobe_nb.demo" in first, first
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    ci_installs = _pip_installs(ci)
+    assert any("torch==2.13.0" in line for line in ci_installs), ci_installs
+    ci_extras = set().union(*(_extras(line) for line in ci_installs))
+    assert _extras(" ".join(_pip_installs(first))) <= ci_extras, (first, ci_extras)
+    assert "index-url" not in ci, ".ci/run should not reach PyTorch's own index (it cannot from CI's machines)"
+
+
+def test_readme_labels_a_cpu_linux_and_a_cuda_npu_command():
+    """Two more labelled commands: CPU on Linux (PyTorch's CPU index) and CUDA / NPU. The CPU-index line is NOT
+    run by CI or by any test: download.pytorch.org cannot be reached from CI's machines, so only its form is
+    checked here (the index URL, the torch pin, the same extras as the first command)."""
+    commands = _labelled_commands(_step(_setup_block(), 1))
+    assert len(commands) == 3, commands
+    (_, first), (cpu_label, cpu_linux), (gpu_label, gpu) = commands
+    assert "CPU" in cpu_label and "Linux" in cpu_label, cpu_label
+    assert f"--extra-index-url {CPU_INDEX}" in cpu_linux, cpu_linux
+    assert _extras(" ".join(_pip_installs(cpu_linux))) == _extras(" ".join(_pip_installs(first)))
+    assert "CUDA" in gpu_label and "NPU" in gpu_label, gpu_label
+    assert "index-url" not in gpu and "npu" in _extras(" ".join(_pip_installs(gpu))), gpu
+
+
+def test_readme_says_allow_root_for_jupyterlab():
+    third = _step(_setup_block(), 3)
+    assert "--allow-root" in third and "root" in third, third
+
+
+def test_readme_warns_of_the_clone_s_parent_folder():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "has no attribute 'record'" in text and "namespace package" in text
+
+
 def test_readme_pins_torch_on_every_install_line():
     """An unpinned torch on the same pip line would pull the newest (on Linux a multi-GB CUDA) build."""
     for spec in _pip_installs(_setup_block()):
@@ -122,6 +177,8 @@ def test_environment_yml_installs_the_package_with_the_readme_extras():
     _, pip = _conda_and_pip(_environment())
     own = [line for line in pip if re.match(r"-e\s+\.(\[|$)", line.strip())]
     assert len(own) == 1, f"environment.yml should install the package once, editable (`-e .[...]`): {own}"
-    readme = set().union(*(_extras(s) for s in _pip_installs(_setup_block())))
+    block = _setup_block()  # the first (CPU) command and the tutorials' command: the NPU line adds [npu]
+    first = _labelled_commands(_step(block, 1))[0][1]
+    readme = set().union(*(_extras(s) for s in _pip_installs(first + "\n" + _step(block, 3))))
     assert _extras(own[0]) == readme, (f"environment.yml installs extras {sorted(_extras(own[0]))}, "
                                        f"the README {sorted(readme)}")

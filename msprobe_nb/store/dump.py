@@ -264,6 +264,22 @@ def _is_kit_hdf5(path: Path) -> bool:
         return False
 
 
+_MONITOR_FILE = "monitor_rank"  # the Monitor's files: monitor_rank<N>.h5 (store/monitor_store.py)
+
+
+def _monitor_hint(path: Path) -> str | None:
+    """A pointer to the monitor readers when ``path`` is the kit's training-monitor record, not a dump."""
+    try:
+        names = [p.name for p in path.iterdir()] if path.is_dir() else [path.name]
+    except OSError:
+        return None
+    if not any(n.startswith(_MONITOR_FILE) and n.endswith(".h5") for n in names):
+        return None
+    folder = path if path.is_dir() else path.parent
+    return (f"{path}: a training monitor record (monitor_rank<N>.h5), not a dump: read it with "
+            f"msprobe_nb.load_monitor({str(folder)!r}), or `msprobe-nb monitor {folder}`")
+
+
 def load(path: str | Path, kind: str = "auto", *, allow_outside: bool = False) -> Dump:
     """Open a dump: the kit's HDF5 dump or an msprobe dump (dump.json, rank dir, step dir or dump root).
 
@@ -278,6 +294,8 @@ def load(path: str | Path, kind: str = "auto", *, allow_outside: bool = False) -
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file or folder")
     if kind == "auto":
+        if not any(p.glob("rank*.h5") if p.is_dir() else ()) and (hint := _monitor_hint(p)):
+            raise FileNotFoundError(hint)
         kind = "hdf5" if _is_kit_hdf5(p) else "msprobe"
     if kind == "hdf5":
         from msprobe_nb.store.hdf5_reader import read_hdf5
