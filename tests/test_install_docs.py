@@ -182,3 +182,14 @@ def test_environment_yml_installs_the_package_with_the_readme_extras():
     readme = set().union(*(_extras(s) for s in _pip_installs(first + "\n" + _step(block, 3))))
     assert _extras(own[0]) == readme, (f"environment.yml installs extras {sorted(_extras(own[0]))}, "
                                        f"the README {sorted(readme)}")
+
+
+def test_quickstart_next_list_names_every_other_tutorial():
+    import json
+
+    nb = json.loads((REPO / "notebooks" / "01_quickstart.ipynb").read_text(encoding="utf-8"))
+    nxt = next("".join(c["source"]) for c in nb["cells"]
+               if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Next"))
+    others = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("01"))
+    missing = [name for name in others if f"`{name}`" not in nxt]
+    assert not missing, f"notebook 01's Next list does not name {missing}"
