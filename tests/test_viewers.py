@@ -24,17 +24,23 @@ from msprobe_nb.store.schema import coerce_calls
 from msprobe_nb.viewers import CompareViewer, DumpViewer, grid_widget
 from msprobe_nb.viewers import plots as P
 from msprobe_nb.viewers.compare_viewer import trace_frame, trace_html
+from msprobe_nb.viewers.grid_widget import GRID_CSS
 from msprobe_nb.viewers.table import (
     FLAG_CSS,
+    VERDICT_COLOURS,
     TableIndex,
     cell_flags,
     cell_styles,
+    descending_first,
     filter_rows,
     format_number,
     format_value,
     grid_columns,
+    page_payload,
     page_rows,
+    reasons_by_severity,
     render_html,
+    result_css,
     row_verdicts,
     sort_rows,
 )
@@ -215,9 +221,13 @@ def test_highlighting_marks_the_right_cells():
     assert not f["call"].any() and not f["name"].any()
     s = cell_styles(t)
     assert s.loc[3, "err"] == FLAG_CSS and s.loc[3, "call"] == "background-color:#f8d7da"
-    assert s.loc[1, "name"] == "background-color:#fff3cd" and s.loc[0, "name"] == ""
+    assert s.loc[1, "name"] == "background-color:#fff3cd" and s.loc[0, "name"] == "background-color:#eef7ee"
+    # the verdict cell in the grid's colours, one set everywhere: amber warning, red error (issue 33)
+    assert s.loc[1, "result"] == result_css("warning") and "#ffd54f" in s.loc[1, "result"]
+    assert s.loc[3, "result"] == result_css("error") and "#e57373" in s.loc[3, "result"]
+    assert "#ffd54f" in GRID_CSS and "#e57373" in GRID_CSS and VERDICT_COLOURS["pass"] in GRID_CSS
     html = render_html(t, ["name", "result", "err", "norm_rel", "cosine"], s, sort_by="err")
-    assert html.count(FLAG_CSS) == int(f[["result", "err", "norm_rel", "cosine"]].to_numpy().sum())
+    assert html.count(FLAG_CSS) == int(f[["err", "norm_rel", "cosine"]].to_numpy().sum())
     golden = GOLDEN / "compare_page.html"
     if os.environ.get("MSPROBE_NB_UPDATE_GOLDEN") or not golden.exists():
         golden.parent.mkdir(exist_ok=True)
@@ -457,6 +467,35 @@ def test_row_verdicts_colour_every_row():
     assert row_verdicts(calls) == ["nan", ""]
 
 
+def test_metric_columns_sort_descending_first():
+    assert next_sort(None, True, "err", descending_first=True) == ("err", False)
+    assert next_sort("err", False, "err", descending_first=True) == ("err", True)
+    assert next_sort("err", True, "err", descending_first=True) == (None, True)
+    assert descending_first("err", True) and descending_first("rmse_ratio", True)
+    assert not descending_first("call_index", True) and not descending_first("name", False)
+    assert not descending_first("cosine", True)  # its low end is the bad one
+
+
+def test_reasons_by_severity_put_the_verdict_s_reason_first():
+    rs = ["note: MinRelativeErr 611% is not meaningful", "warning: dtype differs", "error: NormRelativeErr 58.7%"]
+    assert reasons_by_severity(rs) == [rs[2], rs[1], rs[0]]
+    assert reasons_by_severity(["warning: a", "note: b"]) == ["warning: a", "note: b"]
+    t = _small_compare().assign(reasons=[[], ["note: n", "warning: w"], [], ["warning: w", "error: e"]])
+    p = page_payload(t, ["name", "result", "reasons"])
+    assert p["rows"][3][2].startswith("error: e") and p["rows"][1][2].startswith("warning: w"), p["rows"]
+    assert ">error: e; warning: w<" in render_html(t, ["name", "reasons"])
+
+
+def test_compare_viewer_opens_scrolled_to_the_divergence(runs):
+    v = CompareViewer(runs["statistics"][2])
+    d = v.divergence
+    assert d is not None
+    assert v.widget is not None  # the first payload the browser gets scrolls to the selected divergence
+    p = v._w["grid"].payload
+    assert p["selected"] and p["scroll_to"] == p["selected"][0], (p["selected"], p["scroll_to"])
+    assert p["rows"][p["scroll_to"]][0].startswith(d.call), p["rows"][p["scroll_to"]]
+
+
 def test_header_clicks_cycle_the_sort(big):
     assert next_sort(None, True, "norm") == ("norm", True)
     assert next_sort("norm", True, "norm") == ("norm", False)
@@ -546,12 +585,15 @@ def test_widgets_mirror_state(runs):
     grid.click_row(pos)  # a click on a row selects its call; its detail shows under the grid
     assert v.state.selected == v.table.iloc[v._positions[pos]]["call"] and w["tabs"].selected_index == 0
     assert v.state.selected in w["detail"].value and grid.payload["selected"]
+    grid.click_header("norm")  # a metric column: descending first, the largest first (issue 33)
+    assert v.state.sort_by == "norm" and not v.state.ascending and grid.payload["sort"] == ["norm", False]
+    assert v.rows["norm"].is_monotonic_decreasing
     grid.click_header("norm")
-    assert v.state.sort_by == "norm" and v.state.ascending and grid.payload["sort"] == ["norm", True]
-    grid.click_header("norm")
-    assert not v.state.ascending and v.rows["norm"].is_monotonic_decreasing
+    assert v.state.ascending and v.rows["norm"].is_monotonic_increasing
     grid.click_header("norm")
     assert v.state.sort_by is None
+    grid.click_header("call")  # a name: ascending first
+    assert v.state.sort_by == "call" and v.state.ascending
     w["call"].value = "relu"  # the live filter: its value follows the typing
     assert type(w["call"]).__name__ == "LiveText" and w["call"].hint
     assert v.state.page == 0 and set(v.rows["call"]) <= {"Functional.relu.0.forward", "Functional.relu.0.backward"}
@@ -606,3 +648,29 @@ def test_compare_viewer_widgets(runs):
     assert bytes(w["detail_img"].value)[:4] == b"\x89PNG"
     w["tabs"].selected_index = 3
     assert "first divergence" in w["trace"].value or "no trace" in w["trace"].value
+
+
+def test_acc_check_viewer_err_is_the_worst_ratio_and_plots_per_call(tmp_path):
+    """err: the worst ratio to the reference kernel, a number (not the reasons again); an L1 pre-check has no
+    modules, so the per-module plot shows each API instead of one "(top level)" bar (issue 33)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 2))
+    with msprobe_nb.record(dump_path=str(tmp_path / "d"), level="L1", task="tensor") as dbg:
+        torch.softmax(model(torch.randn(4, 8)), -1).sum().backward()
+    pre = msprobe_nb.acc_check(dbg.dump_dir)
+    v = msprobe_nb.AccCheckViewer(pre)
+    t = v.table
+    assert pd.api.types.is_float_dtype(t["err"].dtype), t["err"].dtype
+    ratios = t[["rmse_ratio", "max_rel_err_ratio", "mean_rel_err_ratio"]].max(axis=1)
+    measured = ratios.notna()
+    assert measured.any() and (t.loc[measured, "err"] >= ratios[measured]).all()
+    assert "reasons" in [c["key"] for c in v.grid_payload()["columns"]]
+    fig = v.module_figure()
+    title = fig.axes[0].get_title()
+    assert "per call" in title and "(top level)" not in [x.get_text() for x in fig.axes[0].get_yticklabels()]
+    assert len(fig.axes[0].patches) == t.loc[t["err"].notna(), "call"].nunique()
+    w = (v.widget, v._w)[1]
+    w["grid"].click_header("err")  # the worst first
+    assert v.state.sort_by == "err" and not v.state.ascending
+    errs = pd.to_numeric(v.rows["err"]).dropna()
+    assert errs.is_monotonic_decreasing and errs.iloc[0] == t["err"].max()

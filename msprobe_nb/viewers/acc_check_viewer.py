@@ -16,21 +16,31 @@ from msprobe_nb.precheck.result import AccCheckResult
 
 from .base import BaseViewer
 from .detail import Detail
-from .table import VERDICTS, cell_styles, render_html
+from .table import VERDICTS, cell_styles, reasons_by_severity, render_html
 from .viewer_widgets import ViewerWidgets, opt, toggles_layout
 
 __all__ = ["AccCheckViewer", "viewer_table"]
 
 
+#: the error ratios to the reference kernel; ``err`` is the worst of them
+RATIO_COLUMNS = ("rmse_ratio", "max_rel_err_ratio", "mean_rel_err_ratio", "small_value_err_ratio_ratio",
+                 "err_balance_ratio", "ulp_err_ratio", "rel_err_ratio")
+
+
 def viewer_table(pre: pd.DataFrame) -> pd.DataFrame:
     """The pre-check as the viewers' table: ``call`` (the API), ``result`` (the verdict; "unchecked" rows
-    keep theirs), ``io`` and ``arg`` (the output), in call order."""
+    keep theirs), ``io`` and ``arg`` (the output), ``reasons`` (the one that set the verdict first) and ``err``
+    (the worst of :data:`RATIO_COLUMNS`), in call order."""
     t = pd.DataFrame(pre).copy()
     t["call"] = t["api"].astype(str)
     t["result"] = t["verdict"].astype(str)
     t["io"] = "output"
     t["arg"] = t["output"].fillna("").astype(str)
-    t["err"] = t["reasons"].fillna("").astype(str)
+    t["reasons"] = [" | ".join(reasons_by_severity(str(r).split(" | "))) if r else ""
+                    for r in t["reasons"].fillna("").astype(str)]
+    ratios = [c for c in RATIO_COLUMNS if c in t.columns]
+    # the worst ratio to the reference kernel, a number (sorts and plots as one); NaN where none was measured
+    t["err"] = t[ratios].apply(pd.to_numeric, errors="coerce").max(axis=1) if ratios else float("nan")
     return t.sort_values(["step", "rank", "call_index"], kind="stable").reset_index(drop=True)
 
 
@@ -40,7 +50,7 @@ class AccCheckViewer(BaseViewer):
     COLUMNS: ClassVar[list[str]] = ["call_index", "call", "arg", "result", "standard", "dtype", "shape",
                                     "max_rel_err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio",
                                     "max_ulp_err", "ulp_err_ratio", "mismatch", "zero_ratio", "approximate", "err"]
-    METRICS: ClassVar[list[str]] = ["rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio", "max_rel_err",
+    METRICS: ClassVar[list[str]] = ["err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio", "max_rel_err",
                                     "max_ulp_err", "mismatch"]
     DETAIL_COLUMNS: ClassVar[list[str]] = ["direction", "arg", "result", "api_class", "standard", "level", "dtype",
                                            "shape", "bench_dtype", "approximate", "max_abs_err", "max_rel_err",
@@ -84,7 +94,7 @@ class AccCheckViewer(BaseViewer):
     def _build_detail(self, rows: pd.DataFrame) -> Detail:
         r0 = rows.iloc[0]
         call, step, rank = str(r0["call"]), int(r0["step"]), int(r0["rank"])
-        reasons = [x for text in rows["err"] for x in str(text).split(" | ") if x]
+        reasons = [x for text in rows["reasons"] for x in str(text).split(" | ") if x]
         cols = [c for c in self.DETAIL_COLUMNS if c in rows.columns and
                 (c in ("direction", "arg", "result", "standard") or rows[c].notna().any())]
         head = (f"<h4 style='margin:4px 0'>{html.escape(call)}</h4><p style='font-size:12px'>step {step}, rank "

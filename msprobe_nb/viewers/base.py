@@ -228,7 +228,7 @@ class BaseViewer:
         """The ipywidgets shell (built on first use)."""
         if self._shell is None:
             self._shell = ViewerWidgets(self, self._table_view)
-            self._shell.sync(plots=False)
+            self._shell.sync(plots=False, scroll=True)  # opens scrolled to the selected call (the divergence)
         return self._shell.box
 
     @property

@@ -17,7 +17,7 @@ import pandas as pd
 from . import plots as P
 from .base import BaseViewer
 from .detail import Detail, frames_html, parse_frames
-from .table import VERDICTS, cell_styles, render_html
+from .table import VERDICTS, cell_styles, reason_rank, render_html
 from .viewer_widgets import ViewerWidgets, fixed, opt, toggles_layout
 
 __all__ = ["TRACE_COLUMNS", "CompareViewer", "trace_frame", "trace_html"]
@@ -243,6 +243,7 @@ class CompareViewer(BaseViewer):
         for name, rs in zip(rows["name"].astype(object), rows.get("reasons", pd.Series([[]] * len(rows)))):
             tag = str(name)[len(call) + 1:] if str(name).startswith(call) else str(name)
             reasons += [f"{tag}: {x}" for x in (rs if isinstance(rs, (list, tuple, np.ndarray)) else [])]
+        reasons.sort(key=reason_rank)  # the reasons that set the verdicts first: errors, warnings, then notes
         tensor_rows: list[str] = []
         if "npu_data_name" in rows.columns and self.npu is not None and self.bench is not None:
             ok = ((rows["match"].astype(object) == "matched") & (rows["kind"].astype(object) == "tensor")

@@ -20,11 +20,20 @@ from typing import Any
 
 __all__ = ["GRID_CSS", "available", "data_grid", "html_pane", "live_text", "tree_view"]
 
+from .table import RESULT_COLOURS, VERDICT_COLOURS, result_css
+
 _classes: dict[str, Any] | None = None
 
-GRID_CSS = """
+def _grid_css() -> str:
+    """The grid's CSS; its verdict colours are the ones the detail pane and static HTML use (table.py)."""
+    rows = "".join(f".msnb-grid tr.v-{v}{{background:{c}}}\n" for v, c in VERDICT_COLOURS.items() if c)
+    res = "".join(f".msnb-grid tr.v-{v} td.res{{{result_css(v)}}}\n" for v in RESULT_COLOURS)
+    return _GRID_CSS_BASE + rows + res
+
+
+_GRID_CSS_BASE = """
 .msnb-grid{font:12px/1.35 var(--jp-code-font-family,monospace);color:var(--jp-ui-font-color1,#222);
-  min-width:0;max-width:100%}
+  min-width:0;max-width:100%;--msnb-name-w:15em}
 .msnb-grid .msnb-scroll{overflow:auto;max-height:30em;border:1px solid #ccc;position:relative}
 .msnb-grid table{border-collapse:separate;border-spacing:0;width:max-content}
 .msnb-grid th{position:sticky;top:0;z-index:2;background:#eceff1;text-align:left;padding:3px 6px;
@@ -34,44 +43,82 @@ GRID_CSS = """
 .msnb-grid td{padding:1px 6px;border-bottom:1px solid #e6e6e6;white-space:nowrap;max-width:28em;
   overflow:hidden;text-overflow:ellipsis;background:inherit}
 .msnb-grid tr{cursor:pointer;background:#fff}
-.msnb-grid tr.v-pass{background:#eef7ee}
-.msnb-grid tr.v-warning{background:#fff3cd}
-.msnb-grid tr.v-error{background:#f8d7da}
-.msnb-grid tr.v-unmatched{background:#e3e8f3}
-.msnb-grid tr.v-nan{background:#fde2c8}
 .msnb-grid tbody tr:hover td{filter:brightness(0.95)}
 .msnb-grid tr.sel td{box-shadow:inset 0 1px 0 #1565c0,inset 0 -1px 0 #1565c0}
 .msnb-grid tr.sel td:first-child{box-shadow:inset 3px 0 0 #1565c0,inset 0 1px 0 #1565c0,inset 0 -1px 0 #1565c0}
 .msnb-grid tr.mark td:first-child{box-shadow:inset 3px 0 0 #c0392b}
 .msnb-grid td.flag{background:#f1948a;font-weight:bold}
-.msnb-grid tr.v-error td.res{background:#e57373;color:#fff;font-weight:bold}
-.msnb-grid tr.v-warning td.res{background:#ffd54f;font-weight:bold}
-.msnb-grid tr.v-unmatched td.res{background:#9fa8da;font-weight:bold}
 .msnb-grid .pos{position:sticky;left:0;z-index:1;width:4.5em;min-width:4.5em;max-width:4.5em;
   box-sizing:border-box;color:#666}
-.msnb-grid .frz{position:sticky;left:4.5em;z-index:1;max-width:22em;border-right:1px solid #bbb}
-.msnb-grid th.pos,.msnb-grid th.frz{z-index:3}
+.msnb-grid .frz{position:sticky;left:4.5em;z-index:1;width:var(--msnb-name-w);min-width:var(--msnb-name-w);
+  max-width:var(--msnb-name-w);box-sizing:border-box;border-right:1px solid #bbb;text-overflow:clip}
+.msnb-grid.frozen-res .res{position:sticky;left:calc(4.5em + var(--msnb-name-w));z-index:1;
+  border-right:1px solid #bbb}
+.msnb-grid th.pos,.msnb-grid th.frz,.msnb-grid.frozen-res th.res{z-index:3}
+.msnb-grid th.frz .msnb-rs{position:absolute;top:0;right:-3px;width:7px;height:100%;cursor:col-resize;z-index:4}
+.msnb-grid th.frz .msnb-rs:hover,.msnb-grid th.frz .msnb-rs.on{background:#90a4ae}
 .msnb-grid .msnb-empty{padding:8px;color:#777}
 """
+
+GRID_CSS = _grid_css()
 
 _GRID_ESM = r"""
 function esc(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+// a long name cut in its middle, so that its end (".backward.output.0") stays readable
+function middle(s, n) {
+  s = String(s);
+  if (n < 4 || s.length <= n) return s;
+  const tail = Math.ceil((n - 1) * 0.6), head = n - 1 - tail;
+  return s.slice(0, head) + "…" + s.slice(s.length - tail);
 }
 function render({ model, el }) {
   el.classList.add("msnb-grid");
   const scroll = document.createElement("div");
   scroll.className = "msnb-scroll";
   el.appendChild(scroll);
+  let nameW = null;     // the name column's width in px once the user drags it
+  let want = -1;        // a row to scroll to once the grid is laid out
+  let dragged = false;  // a resize just ended: the click that follows is not a sort
+  function charPx() {
+    const probe = document.createElement("span");
+    probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre";
+    probe.textContent = "0".repeat(20);
+    el.appendChild(probe);
+    const w = probe.getBoundingClientRect().width / 20;
+    probe.remove();
+    return w || 7.2;
+  }
+  function shorten() {  // fit each name to its column (cut in the middle); the full name is the title
+    const th = scroll.querySelector("thead th.frz");
+    if (!th) return;
+    const n = Math.floor((th.getBoundingClientRect().width - 12) / charPx());
+    if (n <= 0) return;
+    scroll.querySelectorAll("tbody td.frz").forEach((td) => { td.textContent = middle(td.title, n); });
+  }
+  function applyScroll() {
+    if (want < 0 || !scroll.clientHeight) return;  // not laid out yet: the ResizeObserver calls again
+    const tr = scroll.querySelector(`tbody tr[data-row="${want}"]`);
+    want = -1;
+    if (tr) {
+      const head = scroll.querySelector("thead");
+      scroll.scrollTop = Math.max(0, tr.offsetTop - (head ? head.offsetHeight : 0) - 2 * tr.offsetHeight);
+    }
+  }
   function draw() {
     const p = model.get("payload") || {};
     const cols = p.columns || [], rows = p.rows || [];
     const sort = p.sort, sel = new Set(p.selected || []), mark = new Set(p.marked || []);
+    const fi = cols.findIndex((c) => c.frozen);
+    el.classList.toggle("frozen-res", fi >= 0 && p.result_col === fi + 1);
     const h = ["<table><thead><tr><th class='pos num' data-col=''>#</th>"];
-    cols.forEach((c) => {
+    cols.forEach((c, j) => {
       const arrow = sort && sort[0] === c.key ? (sort[1] ? " ▲" : " ▼") : "";
-      const cls = (c.num ? "num " : "") + (c.frozen ? "frz" : "");
-      h.push(`<th class="${cls}" data-col="${esc(c.key)}" title="sort by ${esc(c.key)}">${esc(c.key)}${arrow}</th>`);
+      const cls = (c.num ? "num " : "") + (c.frozen ? "frz" : "") + (j === p.result_col ? " res" : "");
+      const grip = c.frozen ? "<span class='msnb-rs' title='drag to resize'></span>" : "";
+      h.push(`<th class="${cls}" data-col="${esc(c.key)}" title="sort by ${esc(c.key)}">`
+        + `${esc(c.key)}${arrow}${grip}</th>`);
     });
     h.push("</tr></thead><tbody>");
     rows.forEach((r, i) => {
@@ -90,18 +137,39 @@ function render({ model, el }) {
     h.push("</tbody></table>");
     if (!rows.length) h.push(`<div class="msnb-empty">${esc(p.empty || "no rows")}</div>`);
     scroll.innerHTML = h.join("");
+    if (nameW !== null) el.style.setProperty("--msnb-name-w", nameW + "px");
+    shorten();
     const to = p.scroll_to;
-    if (to !== undefined && to !== null && to >= 0) {
-      const tr = scroll.querySelector(`tbody tr[data-row="${to}"]`);
-      if (tr) {
-        const head = scroll.querySelector("thead");
-        scroll.scrollTop = Math.max(0, tr.offsetTop - (head ? head.offsetHeight : 0) - 2 * tr.offsetHeight);
-      }
-    }
+    if (to !== undefined && to !== null && to >= 0) want = to;
+    applyScroll();
   }
+  new ResizeObserver(() => { applyScroll(); shorten(); }).observe(scroll);
+  scroll.addEventListener("mousedown", (e) => {
+    if (!e.target.classList.contains("msnb-rs")) return;
+    e.preventDefault();
+    const th = e.target.closest("th"), x0 = e.clientX, w0 = th.getBoundingClientRect().width;
+    e.target.classList.add("on");
+    const move = (m) => {
+      nameW = Math.max(60, Math.min(900, w0 + m.clientX - x0));
+      el.style.setProperty("--msnb-name-w", nameW + "px");
+      shorten();
+    };
+    const up = () => {
+      dragged = true;  // the click this mouseup may fire is no sort; any later one is
+      setTimeout(() => { dragged = false; }, 0);
+      e.target.classList.remove("on");
+      window.removeEventListener("mousemove", move);
+      window.removeEventListener("mouseup", up);
+    };
+    window.addEventListener("mousemove", move);
+    window.addEventListener("mouseup", up);
+  });
   scroll.addEventListener("click", (e) => {
     const th = e.target.closest("th");
     if (th) {
+      const was = dragged;
+      dragged = false;
+      if (was || e.target.classList.contains("msnb-rs")) return;
       if (th.dataset.col) model.send({ event: "sort", column: th.dataset.col });
       return;
     }

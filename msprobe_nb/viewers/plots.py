@@ -288,6 +288,8 @@ def errors_by_module(table: pd.DataFrame, metric: str = "err", by: str = "module
     m = module_errors_tree(table, metric, by, max_bars=top)
     if m.empty:
         return _text_figure(f"no {metric} values to sum per module")
+    if len(m) == 1 and str(m["module"].iloc[0]) == TOP_LEVEL:  # no modules (an L1 dump, a pre-check)
+        return errors_by_call(table, metric, top)
     n = len(m)
     fs = 8 if n <= 30 else 7
     fig = Figure(figsize=(8.5, 0.2 * n + 1.3))
@@ -314,6 +316,39 @@ def errors_by_module(table: pd.DataFrame, metric: str = "err", by: str = "module
 
 
 # ------------------------------------------------------------------------------------------ tensors
+def errors_by_call(table: pd.DataFrame, metric: str = "err", top: int = 60) -> Figure:
+    """Horizontal bars of ``metric`` per call (its worst row), in execution order, the ``top`` worst kept: the
+    per-module plot's stand-in where the rows sit in no module (one "(top level)" bar would sum them all)."""
+    if metric not in table.columns or "call" not in table.columns:
+        return _text_figure(f"no {metric} column to plot per call")
+    v = pd.to_numeric(table[metric], errors="coerce")
+    t = pd.DataFrame({"call": table["call"].astype(str).to_numpy(), "v": v.to_numpy(dtype=float, na_value=np.nan)})
+    t = t[np.isfinite(t["v"])]
+    if t.empty:
+        return _text_figure(f"no {metric} values to plot per call")
+    worst = t.groupby("call", sort=False)["v"].max()
+    if len(worst) > top:
+        keep = set(worst.nlargest(top).index)
+        worst = worst[[c in keep for c in worst.index]]
+    n = len(worst)
+    fs = 8 if n <= 30 else 7
+    fig = Figure(figsize=(8.5, 0.2 * n + 1.3))
+    ax = fig.add_subplot()
+    y = np.arange(n)[::-1]
+    vals = worst.to_numpy(dtype=float)
+    ax.barh(y, vals, color="#e67e22", height=0.75)
+    ax.set_yticks(y, [k if len(k) < 48 else "…" + k[-46:] for k in worst.index], fontsize=fs)
+    ax.set_ylim(-0.6, n - 0.4)
+    pos = vals[vals > 0]
+    if len(pos) and pos.max() > 1e3 * pos.min():
+        ax.set_xscale("symlog", linthresh=float(max(pos.min(), 1e-12)))
+    ax.set_xlabel(f"{metric} (the call's worst row)")
+    ax.set_title(f"{metric} per call, in execution order ({n} bars; no module calls recorded)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def _to_numpy(x: Any) -> np.ndarray:
     try:
         import torch

@@ -18,7 +18,8 @@ import pandas as pd
 
 __all__ = [
     "CRITERIA", "DIRECTIONS", "IOS", "VERDICTS", "TableIndex", "cell_flags", "cell_styles", "check_pattern",
-    "derive_direction", "derive_family", "derive_module_path", "filter_mask", "filter_rows", "format_number",
+    "derive_direction", "derive_family", "derive_module_path", "descending_first", "filter_mask", "filter_rows",
+    "format_number", "reason_rank", "reasons_by_severity", "result_css",
     "format_value", "grid_columns", "n_pages", "page_payload", "page_rows", "render_html", "row_verdicts",
     "sort_rows",
 ]
@@ -35,8 +36,50 @@ _ALL = ("", "all", "All", "*")
 
 _DIR_RE = re.compile(r"\.(forward|backward|parameters_grad)(?:\.|$)")
 
-VERDICT_COLOURS = {"error": "#f8d7da", "warning": "#fff3cd", "pass": ""}
+#: the viewers' one set of colours (grid, detail pane, static HTML): a row's background by its verdict...
+VERDICT_COLOURS = {"error": "#f8d7da", "warning": "#fff3cd", "pass": "#eef7ee", "unmatched": "#e3e8f3",
+                   "nan": "#fde2c8"}
+#: ...its ``result`` cell, stronger (background, text colour)
+RESULT_COLOURS = {"error": ("#e57373", "#fff"), "warning": ("#ffd54f", ""), "unmatched": ("#9fa8da", "")}
 FLAG_CSS = "background-color:#f1948a;font-weight:bold"
+
+
+def result_css(verdict: str) -> str:
+    """The CSS of a ``result`` cell with ``verdict`` (the grid's ``td.res``): amber warning, red error."""
+    bg, fg = RESULT_COLOURS.get(verdict, ("", ""))
+    return (f"background-color:{bg};" + (f"color:{fg};" if fg else "") + "font-weight:bold") if bg else ""
+
+
+#: reasons begin with their level; the one that set the verdict comes first
+_REASON_RANK = {"error": 0, "warning": 1, "unmatched": 2, "note": 3}
+
+
+def reason_rank(reason: Any) -> int:
+    """0 for an error reason, 1 warning, 3 a note: from ``"level: text"`` or ``"row: level: text"``."""
+    parts = str(reason).split(":", 2)
+    for p in parts[:2]:
+        if p.strip() in _REASON_RANK:
+            return _REASON_RANK[p.strip()]
+    return 3
+
+
+def reasons_by_severity(reasons: Any) -> Any:
+    """``reasons`` (a list of ``"level: text"``) ordered error, warning, then notes, stably: the first one shown
+    (and the one a narrow cell keeps) is the one that set the row's verdict. Other values come back as they are."""
+    if not isinstance(reasons, (list, tuple, np.ndarray)) or len(reasons) < 2:
+        return reasons
+    return sorted(reasons, key=reason_rank)
+
+
+#: numeric columns that keep ascending as their first sort (an order or an id, or a metric whose low end is bad)
+ASCENDING_FIRST = frozenset(("call_index", "step", "rank", "bench_step", "bench_rank", "bench_call_index",
+                             "cosine", "npu_stack_id", "pair"))
+
+
+def descending_first(column: str, numeric: bool) -> bool:
+    """Whether a header click on ``column`` sorts it descending first: metric columns (largest error first,
+    not every zero), not names, ids or the order."""
+    return numeric and column not in ASCENDING_FIRST
 DIVERGENCE_CSS = "outline:2px solid #c0392b"
 
 
@@ -440,6 +483,8 @@ def cell_styles(page: pd.DataFrame, thresholds: Any = None) -> pd.DataFrame:
             s = styles[col].to_numpy(dtype=object).copy()
             s[f] = FLAG_CSS
             styles[col] = s
+    if "result" in page.columns:  # the verdict cell as the grid paints it: amber warning, red error
+        styles["result"] = [result_css(r) or s for r, s in zip(page["result"].astype(object), styles["result"])]
     return styles
 
 
@@ -543,7 +588,8 @@ def page_payload(page: pd.DataFrame, columns: list[str], *, start: int = 0, thre
     fl = cell_flags(page, thresholds)[cols].to_numpy(dtype=bool)
     if "result" in cols:  # the verdict cell has its own colour (see grid_widget.GRID_CSS)
         fl[:, cols.index("result")] = False
-    data = [[format_value(x) for x in page[c].to_numpy(dtype=object)] for c in cols]
+    data = [[format_value(reasons_by_severity(x) if c == "reasons" else x) for x in page[c].to_numpy(dtype=object)]
+            for c in cols]
     rows = [list(r) for r in zip(*data)] if cols else [[] for _ in range(len(page))]
     calls = page["call"].astype(object).to_numpy() if "call" in page.columns else np.full(len(page), None)
     return {
@@ -587,7 +633,7 @@ def render_html(page: pd.DataFrame, columns: list[str] | None = None, styles: pd
     for i in range(len(page)):
         cells = [f"<td style=\"{DIVERGENCE_CSS}\">{start + i}</td>" if mark[i] else f"<td>{start + i}</td>"]
         for c in cols:
-            text = html.escape(format_value(data[c][i]))
+            text = html.escape(format_value(reasons_by_severity(data[c][i]) if c == "reasons" else data[c][i]))
             css = sty[c][i] if c in sty else ""
             cls = ' class="num"' if c in num else ""
             st = f' style="{css}"' if css else ""

@@ -52,14 +52,17 @@ class ViewerState:
         return {k: getattr(self, k) for k in (*CRITERIA, "regex")}
 
 
-def next_sort(sort_by: str | None, ascending: bool, column: str) -> tuple[str | None, bool]:
-    """The sort after a click on ``column``'s header: ascending, then descending, then execution order."""
+def next_sort(sort_by: str | None, ascending: bool, column: str,
+              descending_first: bool = False) -> tuple[str | None, bool]:
+    """The sort after a click on ``column``'s header: ascending, then descending, then execution order
+    (``descending_first``, for metric columns: descending, then ascending, so the first click shows the worst)."""
     if not column or column == "#":
         return None, True
+    first = not descending_first
     if sort_by != column:
-        return column, True
-    if ascending:
-        return column, False
+        return column, first
+    if ascending == first:
+        return column, not first
     return None, True
 
 

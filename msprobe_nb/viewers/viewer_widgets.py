@@ -22,9 +22,11 @@ import html
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from . import grid_widget as G
 from . import plots as P
-from .table import DIRECTIONS, IOS
+from .table import DIRECTIONS, IOS, descending_first
 from .tree import divergence_path, tree_payload, visible_nodes, walk
 from .view_state import next_sort
 
@@ -278,9 +280,12 @@ class ViewerWidgets:
             self.viewer.select_row(pos)
 
     def on_header(self, column: str) -> None:
-        """A click on a header: sort by it (ascending, descending, then execution order again)."""
-        s = self.viewer.state
-        by, asc = next_sort(s.sort_by, s.ascending, column)
+        """A click on a header: sort by it (ascending, descending, then execution order again; a metric column
+        descending first, so that the worst rows come first, not every zero error)."""
+        s, t = self.viewer.state, self.table_view.table
+        numeric = column in t.columns and pd.api.types.is_numeric_dtype(t[column].dtype) and not \
+            pd.api.types.is_bool_dtype(t[column].dtype)
+        by, asc = next_sort(s.sort_by, s.ascending, column, descending_first(column, numeric))
         self.viewer.set_state(sort_by=by, ascending=asc, page=0)
 
     def on_node(self, call: str) -> None:
