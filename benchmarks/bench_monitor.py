@@ -8,19 +8,18 @@ that follow each other see the same state of the machine, whose speed drifts by 
 of adjacent steps cancel that drift where blocks of steps a second apart did not. A configuration's ratio is
 the median over its pairs, shown with its interquartile range; each configuration gets a fresh ``Monitor``,
 closed after its pairs.
-Configurations and their targets (issue 18):
-
-* ``norms``: gradient and weight norms of every parameter (``stats=("norm",)``): at most 1.03x;
-* ``norms+activations``: the same and the norms of every module's output: at most 1.15x;
-* ``norms+activations+grads``: also the norms of every module output's gradient: no target;
-* ``norms+signs``: ``norms`` and the gradients' sign bitmaps: at most 1.2x;
-* ``all-stats``: every aggregate (norm, min, max, mean, NaN and inf counts) of gradients and weights: no target.
+Models: ``mlp``, issue 32's 12-layer 256-wide ReLU MLP with AdamW (batch 64, a step of about 10 ms), and
+``large``, the 45-layer transformer of benchmarks/models.py (SGD, about 230 ms). Configurations: ``default``
+(norms and NaN / inf counts of weights and gradients, the alert rules; targets: 1.10x on the MLP, 1.02x on
+the large model), ``no-alerts``, and each option on top of the default (``CONFIGS``). ``µs/tensor`` is the
+monitored step's extra time per weight and gradient read, ``floor`` the same for one bare read of them by the
+C norm kernel (the physical floor).
 
 The alert rules run as they do by default (their lines are not printed here: random batches make the
 gradient norms of a fresh model jump). Bytes written per step are the bytes of the record's committed tables
 per step (the file adds a fixed header and the unused end of its last chunks). Run:
 
-    python benchmarks/bench_monitor.py [--size large] [--pairs 150] [--warmup 5]
+    python benchmarks/bench_monitor.py [--size both|mlp|large] [--pairs N] [--configs default,+signs]
 """
 from __future__ import annotations
 
@@ -40,14 +39,70 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import models  # noqa: E402
 
-#: configuration -> (Monitor options, target ratio or None)
+#: configuration -> (Monitor options, target ratio or None); the targets are issue 32's for the default
 CONFIGS = {
-    "norms": ({"stats": ("norm",)}, 1.03),
-    "norms+activations": ({"stats": ("norm",), "activations": True, "activation_grads": False}, 1.15),
-    "norms+activations+grads": ({"stats": ("norm",), "activations": True}, None),
-    "norms+signs": ({"stats": ("norm",), "signs": True}, 1.2),
-    "all-stats": ({}, None),
+    "default": ({}, None),  # norms and NaN / inf counts of weights and gradients, the alert rules
+    "no-alerts": ({"alerts": False}, None),
+    "+min/max/mean": ({"stats": ("norm", "min", "max", "mean", "nan", "inf")}, None),
+    "+optimizer_state": ({"optimizer_state": True}, None),
+    "+activations": ({"activations": True, "activation_grads": False}, None),
+    "+activation_grads": ({"activations": True}, None),
+    "+signs": ({"signs": True}, None),
+    "+histogram": ({"histogram": [-1e-3, 0.0, 1e-3]}, None),
 }
+#: the default's target per model
+TARGETS = {"mlp": 1.10, "large": 1.02}
+#: configurations run on the large model by default (its step is 25x the MLP's)
+LARGE_CONFIGS = ("default", "+min/max/mean", "+activations")
+MLP_LAYERS, MLP_WIDTH, MLP_BATCH = 12, 256, 64
+
+
+def build_mlp(seed: int = 0) -> models.Workload:
+    """The 12-layer, 256-wide ReLU MLP of issue 32 with AdamW, batch 64, one fixed batch, MSE loss."""
+    import torch
+    import torch.nn as nn
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    layers: list = []
+    for _ in range(MLP_LAYERS):
+        layers += [nn.Linear(MLP_WIDTH, MLP_WIDTH), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x, y = torch.randn(MLP_BATCH, MLP_WIDTH, generator=gen), torch.randn(MLP_BATCH, MLP_WIDTH, generator=gen)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    work = models.Workload("mlp", model, opt, lambda: (x, y))
+    work.step = step  # type: ignore[method-assign]
+    return work
+
+
+def build(size: str | int) -> models.Workload:
+    return build_mlp() if size == "mlp" else models.build(size)
+
+
+def one_read_floor_us(work: models.Workload, repeat: int = 50) -> tuple[float, int]:
+    """(µs a step, tensors) of the physical floor of the default: one read of every weight and gradient, the
+    C norm kernel alone over them (no Python around it), and how many tensors that is."""
+    from msprobe_nb.capture.monitor_stats import cpu_norm_runs, cpu_norms_host
+
+    work.step()
+    ts = [p for p in work.model.parameters()] + [p.grad for p in work.model.parameters() if p.grad is not None]
+    runs = cpu_norm_runs(ts)
+    if runs is None:
+        return float("nan"), len(ts)
+    cpu_norms_host(runs)
+    t0 = time.process_time()
+    for _ in range(repeat):
+        cpu_norms_host(runs)
+    return (time.process_time() - t0) / repeat * 1e6, len(ts)
 
 
 def _time_step(work: models.Workload, mon=None) -> tuple[float, float]:
@@ -84,7 +139,7 @@ def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str 
     import msprobe_nb as mp
 
     configs = CONFIGS if configs is None else configs
-    plain, watched = models.build(size), models.build(size)
+    plain, watched = build(size), build(size)
     own = root is None
     root = tempfile.mkdtemp(prefix="bench_monitor_") if own else root
     try:
@@ -110,6 +165,7 @@ def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str 
                 mon.close()
             low, high = _quartiles(ratios)
             out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high,
+                         "tensors": 2 * sum(1 for _ in watched.model.parameters()),
                          "wall_ratio": statistics.median(walls), "target": target,
                          "with_ms": statistics.median(with_) * 1e3, "base_ms": statistics.median(base) * 1e3,
                          "bytes_per_step": _record_bytes(path)}
@@ -120,10 +176,11 @@ def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str 
             shutil.rmtree(root, ignore_errors=True)
 
 
-def report(results: dict[str, dict]) -> tuple[str, list[str]]:
-    """The table printed, and a line per missed target."""
-    lines = [f"{'config':<24} {'plain ms':>9} {'with ms':>9} {'ratio':>7} {'IQR':>13} {'wall':>7} {'target':>7} "
-             f"{'bytes/step':>11}  verdict"]
+def report(results: dict[str, dict], floor_us: float = float("nan")) -> tuple[str, list[str]]:
+    """The table printed, and a line per missed target. ``µs/tensor``: the monitored step's extra CPU time
+    over the weights and gradients read; ``floor``: the one-read floor's time per tensor."""
+    lines = [f"{'config':<20} {'plain ms':>9} {'with ms':>9} {'ratio':>7} {'IQR':>13} {'wall':>7} {'target':>7} "
+             f"{'µs/tensor':>9} {'floor':>6} {'bytes/step':>11}  verdict"]
     missed = []
     for name, r in results.items():
         t = r["target"]
@@ -136,26 +193,39 @@ def report(results: dict[str, dict]) -> tuple[str, list[str]]:
             missed.append(f"{name}: {r['ratio']:.3f}x > target {t}x")
         span = f"{r['low']:.3f}-{r['high']:.3f}" if "low" in r else "-"
         wall = f"{r['wall_ratio']:.3f}x" if "wall_ratio" in r else "-"
-        lines.append(f"{name:<24} {r['base_ms']:>9.2f} {r['with_ms']:>9.2f} {r['ratio']:>6.3f}x {span:>13} {wall:>7} "
-                     f"{(f'{t}x' if t else '-'):>7} {r['bytes_per_step']:>11,.0f}  {verdict}")
+        n = r.get("tensors") or 1
+        per = (r["with_ms"] - r["base_ms"]) * 1e3 / n
+        lines.append(f"{name:<20} {r['base_ms']:>9.2f} {r['with_ms']:>9.2f} {r['ratio']:>6.3f}x {span:>13} {wall:>7} "
+                     f"{(f'{t}x' if t else '-'):>7} {per:>9.1f} {floor_us / n:>6.2f} {r['bytes_per_step']:>11,.0f}  "
+                     f"{verdict}")
     return "\n".join(lines), missed
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="large", help="'small', 'large' or a number of layers")
-    ap.add_argument("--pairs", type=int, default=150, help="plain / monitored step pairs per configuration")
+    ap.add_argument("--size", default="both", help="'mlp', 'large', 'small', a number of layers, or 'both' "
+                    "(mlp, then large)")
+    ap.add_argument("--pairs", type=int, default=None, help="plain / monitored step pairs per configuration "
+                    "(default 150 on the MLP, 60 on the large model)")
+    ap.add_argument("--configs", default=None, help="comma-separated configuration names (default: all on the "
+                    f"MLP, {', '.join(LARGE_CONFIGS)} on the large model)")
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
-    size = int(args.size) if args.size.isdigit() else args.size
-    work = models.build(size)
-    n_params = sum(1 for _ in work.model.parameters())
-    n_modules = sum(1 for _ in work.model.modules())
-    print(f"model {size}: {n_params} parameters, {n_modules} modules; {args.pairs} pairs of steps (plain, "
-          "monitored: two copies of the workload) per configuration, one thread", flush=True)
-    text, missed = report(run(size, args.pairs, args.warmup))
-    print(text)
-    print("missed: " + ("; ".join(missed) if missed else "none"))
+    sizes = ["mlp", "large"] if args.size == "both" else [int(args.size) if args.size.isdigit() else args.size]
+    for size in sizes:
+        work = build(size)
+        n_params = sum(1 for _ in work.model.parameters())
+        n_values = sum(p.numel() for p in work.model.parameters())
+        floor, _ = one_read_floor_us(work)
+        names = args.configs.split(",") if args.configs else list(CONFIGS if size != "large" else LARGE_CONFIGS)
+        configs = {n: (CONFIGS[n][0], TARGETS.get(str(size)) if n == "default" else None) for n in names}
+        pairs = args.pairs or (150 if size != "large" else 60)
+        print(f"model {size}: {n_params} parameters ({n_values:,} values); {pairs} pairs of steps (plain, "
+              f"monitored: two copies of the workload) per configuration, one thread; one-read floor of weights "
+              f"and gradients: {floor:.0f} µs a step", flush=True)
+        text, missed = report(run(size, pairs, args.warmup, configs=configs), floor)
+        print(text)
+        print("missed: " + ("; ".join(missed) if missed else "none"), flush=True)
 
 
 if __name__ == "__main__":

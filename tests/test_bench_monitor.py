@@ -14,15 +14,19 @@ def test_the_benchmark_runs_on_a_tiny_model_and_reports_every_configuration(tmp_
     assert set(results) == set(bench.CONFIGS)
     for r in results.values():
         assert r["ratio"] > 0 and r["base_ms"] > 0 and r["bytes_per_step"] > 0
-    assert results["norms+signs"]["bytes_per_step"] > results["norms"]["bytes_per_step"]  # the bitmaps
+    assert results["+signs"]["bytes_per_step"] > results["default"]["bytes_per_step"]  # the bitmaps
+    mlp = bench.run(size="mlp", pairs=2, warmup=1, root=str(tmp_path / "mlp"), configs={"default": ({}, 1.1)})
+    assert mlp["default"]["tensors"] == 48  # 12 layers: weight and bias, each read as weight and gradient
+    floor, n = bench.one_read_floor_us(bench.build_mlp(), repeat=2)
+    assert n == 48 and floor > 0
     text, _ = bench.report(results)
     assert all(name in text for name in bench.CONFIGS)
 
 
 def test_the_report_says_by_how_much_a_target_is_missed():
-    r = {"norms": {"ratio": 1.0506, "target": 1.03, "with_ms": 105.06, "base_ms": 100.0, "bytes_per_step": 1e4},
+    r = {"default": {"ratio": 1.0506, "target": 1.03, "with_ms": 105.06, "base_ms": 100.0, "bytes_per_step": 1e4},
          "all-stats": {"ratio": 1.5, "target": None, "with_ms": 150.0, "base_ms": 100.0, "bytes_per_step": 2e4}}
     text, missed = bench.report(r)
-    line = next(x for x in text.splitlines() if x.startswith("norms"))
+    line = next(x for x in text.splitlines() if x.startswith("default"))
     assert "1.051x" in line and "MISSED by 2.0 %" in line
-    assert missed == ["norms: 1.051x > target 1.03x"] and "no target" in text
+    assert missed == ["default: 1.051x > target 1.03x"] and "no target" in text

@@ -88,7 +88,8 @@ def test_ci_lints_after_installing_and_before_testing():
 # -------------------------------------------------------------------------------------- the import rules
 #: what each layer may import from the package (docs/architecture.md, "Rules between the layers")
 ALLOWED = {
-    "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema"),  # the calls-table contract it fills
+    "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema",  # the calls-table contract it fills
+                "msprobe_nb.store.monitor_schema", "msprobe_nb.store.monitor_rules"),  # the monitor's, its rules
     "store": ("msprobe_nb.store", "msprobe_nb", "msprobe_nb.progress"),  # "msprobe_nb" alone: the version
     "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis", "msprobe_nb.progress"),
     "precheck": ("msprobe_nb.precheck", "msprobe_nb.capture", "msprobe_nb.store", "msprobe_nb.analysis",

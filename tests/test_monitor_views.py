@@ -18,7 +18,8 @@ def _run(path, plant):
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = torch.randn(32, 6, generator=torch.Generator().manual_seed(1)), torch.randn(32, 3)
-    with mp.Monitor(model, opt, dump_path=str(path), signs=True, activations=True, alerts=False) as mon:
+    with mp.Monitor(model, opt, dump_path=str(path), signs=True, activations=True, alerts=False, warmup=5, spike_z=2.0,
+                    spike_ratio=1.5) as mon:  # a short run: judged from step 5; thresholds for a x3 spike
         for step in range(20):
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)

@@ -1,10 +1,9 @@
 """``load_monitor(path)``: a monitor record as DataFrames, and ``anomalies()``: its alert rules over every step.
 
-The rules are the ones the running ``Monitor`` prints (docs/monitor.md): ``nonfinite`` (a NaN or infinite value
-first seen in a series), ``spike`` (above ``(1 + spike) x`` the mean of the series' earlier finite values, once
-it has ``min_history`` of them) and ``direction_drop`` (a gradient's sign agreement with its previous step
-below ``(1 - direction_drop) x`` its history's mean). Thresholds default to those the run was recorded with.
-pandas and numpy only; the HDF5 reader is imported when a record is loaded.
+The rules are the store's ``monitor_rules``, the very object the running ``Monitor`` judges each step with:
+``anomalies()`` replays the record through it step by step, so what the run printed and what the record
+lists agree (docs/monitor.md). Thresholds default to those the run was recorded with. pandas and numpy only;
+the HDF5 reader is imported when a record is loaded.
 """
 from __future__ import annotations
 
@@ -15,18 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ANOMALY_COLUMNS", "MonitorFrame", "RULES", "SPIKE_KINDS", "layer_of",
-           "load_monitor"]
+from msprobe_nb.store.monitor_rules import AlertRules, alert_message
+from msprobe_nb.store.monitor_schema import ANOMALY_COLUMNS, PARAM_KINDS, RULES, SPIKE_KINDS, SPIKE_SCALARS, THRESHOLDS
 
-#: the rules, in the order anomalies of one step are listed
-RULES = ("nonfinite", "spike", "direction_drop")
-#: kinds whose norms the spike rule watches; the scalars ``loss`` and ``grad_norm`` are watched too
-SPIKE_KINDS = ("grad", "act", "act_grad")
-SPIKE_SCALARS = ("loss", "grad_norm")
-#: fallbacks for records that do not name their thresholds (the Monitor's defaults)
-DEFAULTS = {"spike": 0.5, "min_history": 5, "direction_drop": 0.3, "direction_min_numel": 256}
-ANOMALY_COLUMNS = ["step", "rank", "name", "layer", "kind", "rule", "value", "reference", "message"]
-PARAM_KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq")
+__all__ = ["ANOMALY_COLUMNS", "MonitorFrame", "RULES", "SPIKE_KINDS", "layer_of", "load_monitor"]
+
+_RULE_ARGS = ("warmup", "window", "spike_z", "spike_ratio", "direction_drop")
 
 
 def layer_of(name: str, kind: str) -> str:
@@ -49,6 +42,8 @@ class MonitorFrame:
     meta: dict[int, dict[str, Any]]
     order: list[str]
     _signs: dict[int, tuple[pd.DataFrame, np.ndarray]] = field(default_factory=dict, repr=False)
+    #: the scalars as recorded (step, rank, name, value): a step that did not record one has no row
+    _scalar_rows: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def steps(self) -> list[int]:
@@ -64,44 +59,55 @@ class MonitorFrame:
         for m in self.meta.values():
             if name in m:
                 return m[name]
-        return DEFAULTS[name]
+        return THRESHOLDS[name]
 
     def signs(self, rank: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
         """(table of the gradient sign bitmaps of ``rank``: step, name, numel, start, nbytes; their bytes)."""
         return self._signs.get(int(rank), (pd.DataFrame(columns=["step", "name", "numel", "start", "nbytes"]),
                                            np.zeros(0, np.uint8)))
 
-    def anomalies(self, spike: float | None = None, min_history: int | None = None,
-                  direction_drop: float | None = None) -> pd.DataFrame:
-        """Every anomaly by the three rules, by step (then rule, rank, model order): ``ANOMALY_COLUMNS``."""
-        spike = self.threshold("spike") if spike is None else spike
-        min_history = int(self.threshold("min_history") if min_history is None else min_history)
-        direction_drop = self.threshold("direction_drop") if direction_drop is None else direction_drop
+    def _series(self) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """(the magnitudes the spike rule watches: step, rank, name, kind, value; the sign agreements the drop
+        rule watches, or None), as the running monitor handed them to the rules."""
         s = self.stats
         watch = s.loc[s["kind"].isin(SPIKE_KINDS), ["step", "rank", "name", "kind", "norm"]]
-        if "nan" in s.columns:  # a count that saw NaN / inf although the norm is finite (it cannot be, but cheap)
-            bad = s.loc[s["kind"].isin(SPIKE_KINDS), ["nan"] + (["inf"] if "inf" in s.columns else [])].sum(axis=1)
-            watch = watch.assign(norm=watch["norm"].where(bad.to_numpy() == 0, np.nan))
-        sc = self.scalars
-        extra = [sc[["step", "rank", c]].rename(columns={c: "norm"}).assign(name=c, kind="scalar")
-                 for c in SPIKE_SCALARS if c in sc.columns]
-        series = pd.concat([watch, *extra], ignore_index=True)
-        found = [_rule(series, "norm", spike, min_history, direction=False)]
+        parts = [watch.rename(columns={"norm": "value"})]
+        sc = self._scalar_rows
+        if sc is None:  # a frame built by hand: the wide scalars, a missing value taken as not recorded
+            sc = self.scalars.melt(id_vars=["step", "rank"], var_name="name").dropna(subset=["value"])
+        sc = sc.loc[sc["name"].isin(SPIKE_SCALARS)]
+        parts.append(sc[["step", "rank", "name", "value"]].assign(kind="scalar"))
+        direction = None
         if "sign_agree" in s.columns:
             big = (s["kind"] == "grad") & (s["numel"] >= self.threshold("direction_min_numel"))
-            g = s.loc[big, ["step", "rank", "name", "sign_agree"]]
-            found.append(_rule(g.rename(columns={"sign_agree": "norm"}).assign(kind="direction"), "norm",
-                               direction_drop, min_history, direction=True))
-        out = pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else None
-        if out is None:
+            direction = s.loc[big, ["step", "rank", "name", "sign_agree"]].rename(columns={"sign_agree": "value"})
+            direction = direction.assign(kind="direction")
+        return pd.concat(parts, ignore_index=True), direction
+
+    def anomalies(self, **thresholds: float) -> pd.DataFrame:
+        """Every alert of the rules over the record, most severe first: the non-finite values (each series'
+        first, by step), then spikes and direction drops by severity; ``ANOMALY_COLUMNS``. Thresholds
+        (``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``direction_drop``) default to the run's."""
+        unknown = sorted(set(thresholds) - set(_RULE_ARGS))
+        if unknown:
+            raise TypeError(f"anomalies() got unknown threshold(s) {unknown}; known: {', '.join(_RULE_ARGS)}")
+        args = {k: thresholds[k] if thresholds.get(k) is not None else self.threshold(k) for k in _RULE_ARGS}
+        mags, direction = self._series()
+        found = _replay(mags, args, direction=False)
+        if direction is not None:
+            found += _replay(direction, args, direction=True)
+        if not found:
             return pd.DataFrame(columns=ANOMALY_COLUMNS)
+        out = pd.DataFrame(found, columns=["step", "rank", "name", "kind", "rule", "value", "reference", "severity"])
+        out["message"] = [alert_message(r.rule, r.kind, r.name, r.value, r.reference)
+                          for r in out.itertuples(index=False)]
         out["kind"] = out["kind"].replace({"direction": "grad"})
         out["layer"] = [layer_of(n, k) for n, k in zip(out["name"], out["kind"], strict=True)]
         pos = {n: i for i, n in enumerate(self.order)}
         out["_rule"] = out["rule"].map({r: i for i, r in enumerate(RULES)})
         out["_pos"] = out["name"].map(pos).fillna(len(pos))
-        out = out.sort_values(["step", "_rule", "rank", "_pos"], kind="stable").drop(columns=["_rule", "_pos"])
-        out["message"] = [_message(r, spike, direction_drop) for r in out.itertuples(index=False)]
+        out["_sev"] = -out["severity"]
+        out = out.sort_values(["_rule", "_sev", "step", "rank", "_pos"], kind="stable")
         return out[ANOMALY_COLUMNS].reset_index(drop=True)
 
     def __len__(self) -> int:
@@ -113,42 +119,30 @@ class MonitorFrame:
                 f"name(s), columns {self.columns})")
 
 
-def _rule(series: pd.DataFrame, col: str, threshold: float, min_history: int, direction: bool) -> pd.DataFrame:
-    """Rows of ``series`` (step, rank, name, kind, col) the rule flags: first non-finite value of each series
-    (magnitudes only), spikes or drops against the mean of the series' earlier finite values."""
+def _replay(series: pd.DataFrame, thresholds: dict[str, float], direction: bool) -> list[tuple]:
+    """Feed ``series`` (step, rank, name, kind, value) to a fresh ``AlertRules`` one step at a time, as the
+    run did; (step, rank, name, kind, rule, value, reference, severity) per alert."""
     if series.empty:
-        return series.iloc[0:0]
-    t = series.sort_values(["rank", "kind", "name", "step"], kind="stable").reset_index(drop=True)
-    v = t[col].to_numpy(np.float64)
-    finite = np.isfinite(v)
+        return []
+    t = series.sort_values("step", kind="stable").reset_index(drop=True)
     key = t.groupby(["rank", "kind", "name"], sort=False).ngroup().to_numpy()
-    fin_v = pd.Series(np.where(finite, v, 0.0))
-    before_sum = fin_v.groupby(key).cumsum().to_numpy() - np.where(finite, v, 0.0)
-    before_n = pd.Series(finite.astype(np.int64)).groupby(key).cumsum().to_numpy() - finite
-    mean = np.divide(before_sum, before_n, out=np.full(len(v), np.nan), where=before_n > 0)
-    judged = finite & (before_n >= min_history)
-    parts = []
-    if not direction:
-        nf = t.loc[~finite].drop_duplicates(["rank", "kind", "name"])
-        parts.append(nf.assign(rule="nonfinite", value=nf[col], reference=np.nan))
-        hit = judged & (v > (1 + threshold) * mean)
-        rule = "spike"
-    else:
-        hit = judged & (v < (1 - threshold) * mean)
-        rule = "direction_drop"
-    parts.append(t.loc[hit].assign(rule=rule, value=v[hit], reference=mean[hit]))
-    out = pd.concat(parts, ignore_index=True)
-    return out[["step", "rank", "name", "kind", "rule", "value", "reference"]]
-
-
-def _message(r: Any, spike: float, drop: float) -> str:
-    what = r.name if r.kind == "scalar" else f"{r.kind} of {r.name}"
-    if r.rule == "nonfinite":
-        return f"{what} is {r.value} (first seen)"
-    if r.rule == "spike":
-        return f"{what} spiked to {r.value:.4g}, above (1 + {spike:g}) x its mean {r.reference:.4g}"
-    return (f"gradient direction of {r.name}: {r.value:.1%} of signs agree with the previous step, below "
-            f"(1 - {drop:g}) x its mean {r.reference:.1%}")
+    steps, values = t["step"].to_numpy(np.int64), t["value"].to_numpy(np.float64)
+    rules = AlertRules(**thresholds)
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(steps)) + 1, [len(t)]])
+    rank, name, kind = t["rank"].to_numpy(), t["name"].to_numpy(), t["kind"].to_numpy()
+    row_of = {}
+    out = []
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        ids = key[a:b]
+        found = rules.observe(int(steps[a]), ids, values[a:b], direction=direction)
+        if not found:
+            continue
+        for i in range(a, b):
+            row_of[key[i]] = i
+        for al in found:
+            i = row_of[al.series]
+            out.append((al.step, int(rank[i]), name[i], kind[i], al.rule, al.value, al.reference, al.severity))
+    return out
 
 
 def _frame_of(raw: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
@@ -195,4 +189,8 @@ def load_monitor(path: str | Path) -> MonitorFrame:
             signs[raw["rank"]] = (sg, raw["sign_bytes"])
     st = pd.concat(stats, ignore_index=True)
     sc = pd.concat(scalars, ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
-    return MonitorFrame(str(path), st, sc, meta, order, signs)
+    rows = pd.concat([pd.DataFrame({"step": r["scalar_step"].astype(np.int64), "rank": r["rank"],
+                                    "name": np.asarray(r["names"], dtype=object)[r["scalar_name"]]
+                                    if len(r["scalar_name"]) else np.zeros(0, object), "value": r["scalar_value"]})
+                      for r in raws], ignore_index=True)
+    return MonitorFrame(str(path), st, sc, meta, order, signs, rows)

@@ -1,13 +1,14 @@
 """``MonitorHooks``: per-step aggregates of a training run, cheap enough to stay on (``mp.Monitor`` is it with a file).
 
-Hooks only, and they only read: the optimizer's step pre-hook reads the final gradients of the step (after
-any accumulation, after DDP's all-reduce, Megatron's ``main_grad`` where a parameter has one; the post-hook does
-when a GradScaler leaves the unscaling to a fused optimizer), its post-hook the updated weights and Adam's
-``exp_avg`` / ``exp_avg_sq``; one post-accumulate-grad hook counts the micro-batches of a step; module forward
-hooks and tensor hooks on their outputs read activations and their gradients when asked. Every aggregate is
-computed on the tensor's device (``monitor_stats``); ``mon.step(loss=...)`` brings the whole step to the host
-in one copy, checks the alert rules (``monitor_alerts``) and hands the step to its sink
-(``msprobe_nb.monitor.Monitor`` gives it the store's ``MonitorWriter``: capture does not import the store).
+Hooks only, and they only read: the optimizer's step pre-hook reads the weights the step's forward used and
+the final gradients of the step (after any accumulation, after DDP's all-reduce, Megatron's ``main_grad``
+where a parameter has one; the post-hook reads the gradients when a GradScaler leaves the unscaling to a fused
+optimizer), its post-hook Adam's ``exp_avg`` / ``exp_avg_sq`` when asked; one post-accumulate-grad hook
+counts the micro-batches of a step; module forward hooks and tensor hooks on their outputs read activations
+and their gradients when asked. Every aggregate is computed on the tensor's device (``monitor_stats``);
+``mon.step(loss=...)`` brings the whole step to the host in one copy, checks the alert rules (the store's
+``monitor_rules``, which ``anomalies()`` replays) and hands the step to its sink (``msprobe_nb.monitor.Monitor``
+gives it the store's ``MonitorWriter``; capture imports only the store's torch-free contract modules).
 Without an optimizer, or when one skipped its step (a GradScaler that found inf), gradients and weights are read
 in ``step()``.
 """
@@ -22,30 +23,38 @@ from typing import Any
 import numpy as np
 import torch
 
-from .monitor_alerts import DIRECTION_DROP, DIRECTION_MIN_NUMEL, MIN_HISTORY, SPIKE, AlertRules
-from .monitor_stats import (
+from msprobe_nb.store.monitor_rules import AlertRules, alert_message
+from msprobe_nb.store.monitor_schema import (
+    ACT_KINDS,
     COUNT_STATS,
+    DEFAULT_STATS,
     FLOAT_STATS,
+    RULES,
+    SPIKE_KINDS,
+    SPIKE_SCALARS,
     STATS,
+    THRESHOLDS,
+)
+
+from .monitor_stats import (
     SignHistory,
     SignPacker,
     cpu_norm_runs,
     cpu_norms_host,
     gather,
     histograms,
+    nonfinite_counts,
     tensor_stats,
 )
 
 __all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
 
-DEFAULT_STATS = STATS
 #: activations (or their gradients) held before their aggregates are computed together (bounds the memory held)
 ACT_BATCH = 64
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward
-#: alerts of one rule printed per step (the rest are counted; ``Monitor.alerts`` keeps every one)
-ALERTS_SHOWN = 3
-#: kinds whose norms the spike rule watches (weights and optimizer state move slowly by design)
-SPIKE_KINDS = ("grad", "act", "act_grad")
+#: lines the console gets from the alert rules over a whole run (one per step with news, at most); the rest
+#: are counted in one last line (``Monitor.alerts`` keeps every alert, ``anomalies()`` lists them)
+ALERT_LINES = 10
 _WRAPPERS = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel")
 
 
@@ -95,27 +104,33 @@ class MonitorHooks:
     kinds, values, scalars, signs)`` commits it, ``close()`` ends it, ``folder`` (if any) is where it writes.
 
     ``params``: the parameters watched (None: every trainable one; a regex; a list of names). ``stats``: the
-    aggregates (``norm`` always; ``min``, ``max``, ``mean``, ``nan``, ``inf``). ``weights``, ``grads``,
-    ``optimizer_state``: which kinds of parameter rows. ``activations``: modules whose outputs are watched
+    aggregates (``norm`` always; default also ``nan`` and ``inf``, counted only where the norm is not finite;
+    opt-in ``min``, ``max``, ``mean``). ``weights``, ``grads``, ``optimizer_state`` (default off): which kinds
+    of parameter rows. ``activations``: modules whose outputs are watched
     (False; True: every module; a regex; a list of names); ``activation_grads`` (default: as activations) their
     output gradients too. ``histogram``: bin bounds for gradient histograms; ``signs``: gradient sign bitmaps
     (for direction similarity). ``grad_scaler``: a GradScaler whose scale is recorded. ``rank``: default from
-    torch.distributed. ``spike``, ``min_history``, ``direction_drop``: the alert thresholds (docs/monitor.md);
-    ``alerts=False`` prints none.
+    torch.distributed. ``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``direction_drop``: the alert
+    thresholds (``monitor_schema.THRESHOLDS``, docs/monitor.md); ``alerts=False`` checks and prints none.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
                  sink: Callable[[list[str], dict, int], Any], params: Any = None,
                  stats: Sequence[str] = DEFAULT_STATS, weights: bool = True, grads: bool = True,
-                 optimizer_state: bool = True, activations: Any = False, activation_grads: bool | None = None,
+                 optimizer_state: bool = False, activations: Any = False, activation_grads: bool | None = None,
                  histogram: Sequence[float] | None = None, signs: bool = False, grad_scaler: Any = None,
-                 rank: int | None = None, spike: float = SPIKE, min_history: int = MIN_HISTORY,
-                 direction_drop: float = DIRECTION_DROP, alerts: bool = True, start_step: int = 0) -> None:
+                 rank: int | None = None, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
+                 spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
+                 direction_drop: float = THRESHOLDS["direction_drop"], alerts: bool = True,
+                 start_step: int = 0) -> None:
         bad = [s for s in stats if s not in STATS]
         if bad or "norm" not in stats:
             raise ValueError(f"Monitor: stats must include 'norm' and be among {', '.join(STATS)}; got {list(stats)}")
         self.stats = [s for s in STATS if s in stats]
-        self._norms_only = self.stats == ["norm"]
+        self._float_stats = [s for s in self.stats if s in FLOAT_STATS]
+        #: the count columns, as positions in ``nonfinite_counts``' (nan, inf)
+        self._count_sel = [COUNT_STATS.index(s) for s in self.stats if s in COUNT_STATS]
+        self._norms_only = self._float_stats == ["norm"]
         inner = model.module if type(model).__name__ in _WRAPPERS and hasattr(model, "module") else model
         self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
@@ -138,14 +153,17 @@ class MonitorHooks:
             dist = torch.distributed
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.rank, self.step_index = int(rank), int(start_step)
-        self._rules = AlertRules(spike, min_history, direction_drop) if alerts else None
+        rules = AlertRules(warmup, window, spike_z, spike_ratio, direction_drop)  # checks the thresholds
+        self._rules = rules if alerts else None
         self.alerts: list[str] = []
+        self._lines_printed = 0
+        self._printed: set[tuple[str, int]] = set()  # (rule, series) already on the console
         self._series: dict[tuple[str, str], int] = {}
         self._alert_memo: tuple | None = None  # the last step's (kinds, names, scalars) and their series ids
         meta = {"stats": self.stats, "histogram": None if self._bounds is None else self._bounds.tolist(),
-                "signs": bool(signs), "spike": spike, "min_history": min_history, "direction_drop": direction_drop,
+                "signs": bool(signs), **rules.thresholds, "direction_min_numel": THRESHOLDS["direction_min_numel"],
                 "model": type(inner).__name__, "optimizer": type(optimizer).__name__ if optimizer else None,
-                "direction_min_numel": DIRECTION_MIN_NUMEL, "parameters": [n for n, _ in self._params],
+                "parameters": [n for n, _ in self._params],
                 "groups": self._groups(optimizer)}
         self._writer = sink(self.columns, meta, self.rank)
         self.dump_path = getattr(self._writer, "folder", None)
@@ -193,7 +211,12 @@ class MonitorHooks:
         # A GradScaler stepping an optimizer that unscales itself (fused Adam / AdamW) hands it the scale as
         # ``opt.grad_scale`` instead of unscaling first: the gradients are still scaled here and are unscaled
         # in place by the step. They are read after it, as that step used them.
+        # The weights are read here too: those the step's forward and backward used, which is what its
+        # gradients are paired with (a weight changed between two steps shows in the next step's record).
         self._grads_after_step = getattr(opt, "grad_scale", None) is not None
+        if not self._grads_after_step and self._read_both():
+            return
+        self._read_weights()
         if not self._grads_after_step:
             self._read_grads()
 
@@ -201,7 +224,6 @@ class MonitorHooks:
         if self._grads_after_step:
             self._grads_after_step = False
             self._read_grads()
-        self._read_weights()
         if self._want["opt"]:
             self._read_optimizer_state()
 
@@ -262,8 +284,19 @@ class MonitorHooks:
         entries = []
         for g, (names, idx, numel) in enumerate(groups):
             ts = [items[i][1] for i in idx] if len(idx) != len(items) else [t for _, t in items]
-            floats, counts = tensor_stats(ts, self.stats, None if layout is None else (layout, g))
             extra = {"numel": numel}
+            cpu = ts[0].is_cpu
+            # counts: from the norms where they are on the host already (CPU); else read after the step's one
+            # copy for the tensors whose norm is not finite (parameter-shaped kinds: their tensors live on),
+            # counted on the device with the rest for activations (not held past their batch)
+            eager = bool(self._count_sel) and not cpu and kind in ACT_KINDS
+            floats, counts = tensor_stats(ts, self.stats if eager else self._float_stats,
+                                          None if layout is None else (layout, g))
+            if self._count_sel and not eager:
+                if cpu:
+                    counts = nonfinite_counts(ts, floats[:, 0].numpy())[:, self._count_sel]
+                else:
+                    extra["defer"] = ts
             if signs and self._signs is not None:
                 extra["signs"] = self._signs.pack(ts)
             if hist and self._bounds is not None:
@@ -279,16 +312,18 @@ class MonitorHooks:
         return (kind, present, tuple(t.numel() for t in ts), frozenset((t.dtype, t.device) for t in ts))
 
     def _kernel_runs(self, ts: list[torch.Tensor]) -> tuple | None:
-        """The C kernel's arguments for ``ts`` when norms alone are asked for and every tensor suits it."""
+        """The C kernel's arguments for ``ts`` when norms (and the counts) alone are asked for and every tensor
+        suits it."""
         return cpu_norm_runs(ts) if self._norms_only and ts[0].is_cpu else None
 
     def _aggregate_params(self, kind: str, present: tuple | None, ts: list[torch.Tensor], runs: tuple | None,
-                          signs: bool = False, hist: bool = False) -> None:
+                          signs: bool = False, hist: bool = False, norms: np.ndarray | None = None) -> None:
         """Queue the rows of parameter-shaped tensors ``ts`` (of the watched parameters at positions
         ``present``, None: all). With ``runs`` (:meth:`_kernel_runs`: norms alone of float32 CPU tensors, the
         default on a CPU) the norms come from the C kernel in one call, with no layout key built: at a model's
-        hundreds of parameters the Python per tensor, not the arithmetic, is what a step pays for. Without,
-        everything goes through ``_aggregate``."""
+        hundreds of parameters the Python per tensor, not the arithmetic, is what a step pays for; the NaN and
+        inf counts follow from those norms (``nonfinite_counts``). ``norms``: the kernel's result for ``runs``
+        already computed. Without ``runs``, everything goes through ``_aggregate``."""
         if runs is None:
             items = [(self._params[i][0], t) for i, t in zip(present, ts)] if present is not None else \
                 [(n, t) for (n, _), t in zip(self._params, ts)]
@@ -306,18 +341,41 @@ class MonitorHooks:
             extra["signs"] = self._signs.pack(ts)
         if hist and self._bounds is not None:
             extra["hist"] = histograms(ts, self._bounds)
-        self._pending[kind] = [(names, cpu_norms_host(runs).reshape(-1, 1), None, extra)]
+        norms = cpu_norms_host(runs) if norms is None else norms
+        counts = nonfinite_counts(ts, norms)[:, self._count_sel] if self._count_sel else None
+        self._pending[kind] = [(names, norms.reshape(-1, 1), counts, extra)]
+
+    def _grad_list(self) -> list[torch.Tensor | None]:
+        """Each watched parameter's final gradient, None where it has none. Read under no_grad: no detach (a
+        call per parameter) needed. Megatron sets ``main_grad`` on each parameter object: its __dict__ is
+        looked in, unless some parameter's class defines the name itself (a getattr that fails costs several
+        times a dict lookup, at every parameter)."""
+        if self._main_grad_in_class:
+            return [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
+        return [p.grad if (m := p.__dict__.get("main_grad")) is None else m for p in self._param_tensors]
+
+    def _read_both(self) -> bool:
+        """Weights and gradients in one C kernel call (the default on a CPU: norms, every parameter with a
+        float32 gradient); False, having read nothing, where that path does not apply."""
+        if not (self._norms_only and self._want["weight"] and self._want["grad"] and self._params) \
+                or len(self._weights) != len(self._params) or not self._param_tensors[0].is_cpu:
+            return False
+        ws, gs = self._param_tensors, self._grad_list()
+        if any(g is None for g in gs):
+            return False
+        runs = cpu_norm_runs(ws + gs)
+        if runs is None:
+            return False
+        n, norms = len(ws), cpu_norms_host(runs)
+        self._aggregate_params("weight", None, ws, (runs[0][:n], runs[1][:n]), norms=norms[:n])
+        self._aggregate_params("grad", None, gs, (runs[0][n:], runs[1][n:]), signs=True, hist=True, norms=norms[n:])
+        self._weights_read = self._grads_read = True
+        return True
 
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        # read under no_grad: no detach (a call per parameter) needed. Megatron sets ``main_grad`` on each
-        # parameter object: its __dict__ is looked in, unless some parameter's class defines the name itself
-        # (a getattr that fails costs several times a dict lookup, at every parameter)
-        if self._main_grad_in_class:
-            ts = [p.grad if (m := getattr(p, "main_grad", None)) is None else m for p in self._param_tensors]
-        else:
-            ts = [p.grad if (m := p.__dict__.get("main_grad")) is None else m for p in self._param_tensors]
+        ts = self._grad_list()
         present = None  # positions of the parameters that have a row; None: all
         if any(g is None for g in ts):  # parameters without a gradient this step have no row
             present = [i for i, g in enumerate(ts) if g is not None]
@@ -405,6 +463,8 @@ class MonitorHooks:
             fl, co = slots.get("floats"), slots.get("counts")
             v[:, self._float_cols] = fl
             if self._count_cols:
+                if co is None:  # deferred: counted now, only for the tensors whose norm is not finite
+                    co = nonfinite_counts(extra["defer"], fl[:, 0])[:, self._count_sel]
                 v[:, self._count_cols] = co
             v[:, self._col["numel"]] = extra["numel"]
             if slots.get("hist") is not None:
@@ -500,7 +560,7 @@ class MonitorHooks:
                scalars: dict[str, float]) -> None:
         if self._rules is None:
             return
-        sc = [n for n in ("loss", "grad_norm") if n in scalars]
+        sc = [n for n in SPIKE_SCALARS if n in scalars]
         memo = self._alert_memo
         if memo is None or memo[0] != kinds or memo[1] != names or memo[2] != sc:  # most steps repeat the last
             rows = np.fromiter((i for i, k in enumerate(kinds) if k in SPIKE_KINDS), np.int64)
@@ -509,8 +569,8 @@ class MonitorHooks:
             drows = dids = None
             if "sign_agree" in self._col:
                 numel = values[:, self._col["numel"]]
-                drows = np.fromiter((i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= DIRECTION_MIN_NUMEL),
-                                    np.int64)
+                big = THRESHOLDS["direction_min_numel"]
+                drows = np.fromiter((i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= big), np.int64)
                 dids = np.fromiter((self._series.setdefault(("direction", names[i]), len(self._series))
                                     for i in drows), np.int64, len(drows))
             memo = self._alert_memo = (list(kinds), list(names), sc, rows, ids, drows, dids)
@@ -519,29 +579,37 @@ class MonitorHooks:
         found = self._rules.observe(step, ids, vals)
         if drows is not None:
             found += self._rules.observe(step, dids, values[drows, self._col["sign_agree"]], direction=True)
-        if not found:
-            return
+        if found:
+            self._report(step, found)
+
+    def _report(self, step: int, found: list) -> None:
+        """Keep every alert's line in ``alerts``; print a bounded summary: per step with news (a series and
+        rule not printed before), its most severe alert and how many more the step had, for the first
+        ``ALERT_LINES`` such steps, then one line saying the rest are only counted."""
         label = {v: k for k, v in self._series.items()}
-        lines: dict[str, list[str]] = {}
+        rank = {r: i for i, r in enumerate(RULES)}
+        found = sorted(found, key=lambda a: (rank[a.rule], -a.severity))
+        lines = []
         for a in found:
             kind, name = label[a.series]
-            what = {"scalar": name, "direction": f"gradient direction of {name}"}.get(kind, f"{kind} of {name}")
-            if a.rule == "nonfinite":
-                msg = f"{what} is {a.value} (first seen)"
-            elif a.rule == "spike":
-                msg = f"{what} spiked to {a.value:.4g}, above (1 + {self._rules.spike:g}) x its mean {a.reference:.4g}"
-            else:
-                msg = (f"{what} agrees with the previous step on {a.value:.1%} of signs, below (1 - "
-                       f"{self._rules.direction_drop:g}) x its mean {a.reference:.1%}")
-            line = f"msprobe_nb monitor: step {step}, rank {self.rank}: {msg}"
-            self.alerts.append(line)
-            lines.setdefault(a.rule, []).append(line)
-        for rule, found_lines in lines.items():  # a step's alerts of one rule: the first few, then how many more
-            shown = found_lines[:ALERTS_SHOWN]
-            more = len(found_lines) - len(shown)
-            text = "\n".join(shown) + (f"\nmsprobe_nb monitor: step {step}, rank {self.rank}: and {more} more "
-                                        f"{rule} alert(s) (Monitor.alerts lists them)" if more else "")
-            print(text, file=sys.stdout, flush=True)
+            msg = alert_message(a.rule, kind, name, a.value, a.reference)
+            lines.append(f"msprobe_nb monitor: step {step}, rank {self.rank}: {msg}")
+        self.alerts += lines
+        news = [i for i, a in enumerate(found) if (a.rule, a.series) not in self._printed]
+        if not news:
+            return
+        self._printed.update((found[i].rule, found[i].series) for i in news)
+        if self._lines_printed >= ALERT_LINES:
+            return
+        self._lines_printed += 1
+        text = lines[news[0]]
+        if len(found) > 1:
+            text += (f"\nmsprobe_nb monitor: step {step}, rank {self.rank}: and {len(found) - 1} more alert(s) "
+                     "(mon.alerts, load_monitor(...).anomalies())")
+        if self._lines_printed == ALERT_LINES:
+            text += (f"\nmsprobe_nb monitor: rank {self.rank}: {ALERT_LINES} steps with alerts printed; later ones "
+                     "are not printed (mon.alerts keeps them)")
+        print(text, file=sys.stdout, flush=True)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -14,15 +14,10 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel
+from msprobe_nb.store.monitor_schema import COUNT_STATS, FLOAT_STATS, STATS
 
 __all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms",
-           "cpu_norms_host", "gather", "histograms", "tensor_stats"]
-
-#: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
-FLOAT_STATS = ("norm", "min", "max", "mean")
-#: aggregates counted exactly, in int64
-COUNT_STATS = ("nan", "inf")
-STATS = FLOAT_STATS + COUNT_STATS
+           "cpu_norms_host", "gather", "histograms", "nonfinite_counts", "tensor_stats"]
 #: the magic multiplier that gathers the lowest bit of each of 8 bytes into one byte (little bit order)
 _PACK = 0x0102040810204080
 #: tensors up to this many values that share a size and dtype get their norms from one stacked reduction (a
@@ -151,6 +146,25 @@ def tensor_stats(ts: Sequence[torch.Tensor], stats: Sequence[str], layout: Any =
         f = torch.stack([_column(s, ts, layout) for s in fl], dim=1) if fl else None
         c = torch.stack([_column(s, ts) for s in co], dim=1) if co else None
         return f, c
+
+
+def nonfinite_counts(ts: Sequence[torch.Tensor], norms: np.ndarray) -> np.ndarray:
+    """int64 ``(len(ts), 2)``: the NaN and inf counts of each tensor, given its host norm: (0, 0) where the
+    norm is finite (a NaN or an inf makes the L2 norm NaN or inf), counted exactly only where it is not. So
+    the counts cost nothing on a healthy step; on a step with a non-finite tensor they cost one pass over
+    that tensor and a host read."""
+    out = np.zeros((len(ts), 2), np.int64)
+    norms = np.asarray(norms, np.float64)
+    if np.isfinite(norms.sum()):  # no norm is NaN or inf (a sum that overflows takes the exact look below)
+        return out
+    bad = np.flatnonzero(~np.isfinite(norms))
+    if len(bad):
+        with torch.no_grad():
+            for i in bad:
+                t = ts[i]
+                if t.is_floating_point() or t.is_complex():
+                    out[i] = (int(t.isnan().sum()), int(t.isinf().sum()))
+    return out
 
 
 def histograms(ts: Sequence[torch.Tensor], bounds: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,7 @@ import numpy as np
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.hdf5_appends import DatasetWriter
 from msprobe_nb.store.hdf5_open import open_rank_file
+from msprobe_nb.store.monitor_schema import KINDS
 
 try:
     import fcntl
@@ -39,8 +40,6 @@ __all__ = ["FORMAT", "KINDS", "LAYOUT_VERSION", "MonitorInUseError", "MonitorWri
 
 FORMAT = "msprobe_nb.monitor"
 LAYOUT_VERSION = 1
-#: what a row aggregates; stored as the index into this tuple (the file keeps its own copy in ``kinds``)
-KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq", "act", "act_grad")
 FILE_RE = re.compile(r"^monitor_rank(\d+)\.h5$")
 #: fields of an ``/index/steps`` row: the step, the committed length of each table, a crc32 of those, a marker
 INDEX_FIELDS = ("step", "rows", "scalars", "signs", "sign_bytes", "names", "name_bytes", "crc", "commit")
