@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import precision_model
 from .compare_table import add_tensor_metrics, build_table, diverging, mark_errors, result_frame
 from .divergence import Divergence, find_divergences
 from .grading import Thresholds, grade, summarize_calls
 from .matching import Mapping, MatchError, match_rows
 from .msprobe_csv import EXTRA_COLUMNS, MSPROBE_HEADERS, msprobe_frame  # noqa: F401 - re-exported
+from .precision_model import Precision
 from .ranks import check_world_sizes, collective_table, first_across_ranks
 
 MODES = ("auto", "statistics", "tensor", "md5")
@@ -49,6 +51,8 @@ class _Context:
     unpaired: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     stack_ids: dict | None = None
+    precision: Precision = field(default_factory=Precision)
+    noisy: Any = None  #: the (step, rank) pairs judged by the precision model (pair ids), see precision_model
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -133,16 +137,22 @@ def _has_tensors(side: _Side) -> bool:
 # --------------------------------------------------------------------------------------------- compare
 def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, mapping: Any = None,
             thresholds: Thresholds | dict | None = None, rank_map: dict | None = None, step_map: dict | None = None,
-            progress: bool | None = None) -> CompareResult:
+            progress: bool | None = None, precision: Precision | dict | bool | None = None) -> CompareResult:
     """Compare an NPU dump with a bench dump.
 
     ``npu`` / ``bench``: a dump path, a ``Dump`` or a calls DataFrame. ``mode``: auto | statistics |
     tensor | md5. ``fuzzy``: ignore call counters. ``mapping``: :class:`Mapping`, dict or JSON/YAML file.
     ``thresholds``: :class:`Thresholds` or a dict of its fields. ``rank_map`` / ``step_map``: pair NPU
     rank/step k with bench rank/step v. ``progress``: tqdm bar in tensor mode (default: on a terminal when
-    there are over 100 tensors). Raises :class:`CompareError` on input that cannot be compared.
+    there are over 100 tensors). ``precision``: the precision model's options (:class:`Precision`, a dict,
+    or False for the exact rule alone; docs/compare.md). Raises :class:`CompareError` on input that cannot
+    be compared.
     """
     th = _thresholds(thresholds)
+    try:
+        prec = Precision.of(precision)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
     n_side, b_side = _load_side(npu, "NPU"), _load_side(bench, "bench")
     notes: list[str] = []
     mode = _resolve_mode(mode, n_side, b_side, notes)
@@ -173,13 +183,15 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     if mode == "tensor":
         add_tensor_metrics(t, n_side.dump, b_side.dump, th, progress)
     mark_errors(t, mode, th)
+    noisy = precision_model.apply(t, prec, th.diverge_skip_ops)
     t["msprobe_result"], reasons = grade(t, mode, th)
     t["reasons"] = np.empty(len(reasons), dtype=object)
     t["reasons"][:] = reasons
     t["result"] = t["msprobe_result"]
     res = CompareResult(result_frame(t))
-    res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes)
+    res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes, precision=prec, noisy=noisy)
     _one_verdict(res, th)
+    _quiet_noise(res)
     for note in said + [n for n in notes if "without a counterpart" in n]:
         warnings.warn(note, stacklevel=2)
     return res
@@ -237,6 +249,26 @@ def _one_verdict(res: CompareResult, th: Thresholds) -> None:
                                                      f"{d.message}"]
     res["result"] = result
     res["reasons"] = reasons
+
+
+def _quiet_noise(res: CompareResult) -> None:
+    """In pairs judged by the precision model, rows within precision keep no level their metrics alone gave
+    them (``msprobe_result`` keeps msprobe's grade); an anomalous call's output rows say why."""
+    noisy = res._ctx.noisy
+    if noisy is None or not len(noisy):
+        return
+    inp = np.isin(res["pair"].to_numpy(dtype=np.int64), noisy)
+    keep = inp & ~res["diverges"].to_numpy(dtype=bool)
+    result, reasons = precision_model.quiet_noise(res["result"].to_numpy(dtype=object),
+                                                  res["reasons"].tolist(), keep)
+    anom = inp & (res["verdict"].to_numpy(dtype=object) == precision_model.ANOMALOUS)
+    tol = res._ctx.precision.tolerance
+    for i in np.flatnonzero(anom):
+        reasons[i] = list(reasons[i]) + [f"warning: {precision_model.describe(res.iloc[i], tol)}"]
+        if result[i] == "pass":
+            result[i] = "warning"
+    res["result"] = result
+    res["reasons"] = pd.Series(reasons, index=res.index, dtype=object)
 
 
 def _thresholds(th: Any) -> Thresholds:
@@ -352,7 +384,32 @@ class CompareResult(pd.DataFrame):
     def divergences(self, thresholds: Thresholds | None = None) -> list[Divergence]:
         """The first divergence of each (step, rank) pair (of the rows this table holds)."""
         t, th = self._diverging(thresholds)
-        return find_divergences(t, th, self._stack_of, self.mode)
+        ds = find_divergences(t, th, self._stack_of, self.mode)
+        noisy = getattr(self._ctx, "noisy", None)
+        if noisy is not None and len(noisy) and "verdict" in t.columns:
+            self._explain(ds, t)
+        return ds
+
+    def _explain(self, ds: list[Divergence], t: pd.DataFrame) -> None:
+        """The precision model's figures in the message of each divergence found in a noisy pair."""
+        anom = t[(t["verdict"] == precision_model.ANOMALOUS) & t["pair"].isin(self._ctx.noisy)]
+        for d in ds:
+            rows = anom[(anom["call"] == d.call) & (anom["step"] == d.step) & (anom["rank"] == d.rank)]
+            if d.kind == "call" and len(rows):
+                worst = rows.loc[rows["bound_ratio"].astype(float).idxmax()]
+                d.message = precision_model.describe(worst, self._ctx.precision.tolerance) + \
+                    " (the runs differ by precision noise up to here)"
+
+    def precision_summary(self) -> str:
+        """One line from the precision model: every call within precision (the largest ratio and where),
+        or the calls beyond it; for pairs bitwise equal up to a planted cause, the exact rule decides."""
+        self._needs("pair", "call", "verdict")
+        noisy = getattr(self._ctx, "noisy", None)
+        t = pd.DataFrame(self)
+        if noisy is None or not len(noisy) or not t["pair"].isin(noisy).any():
+            return "no precision noise: the runs agree bitwise up to their first difference (exact rule)" \
+                if self["diverges"].any() or (self["err"].fillna(0) > 0).any() else "the runs agree bitwise"
+        return precision_model.summary_line(t[t["pair"].isin(noisy)])
 
     def _diverging(self, thresholds: Thresholds | None) -> tuple[pd.DataFrame, Thresholds]:
         """The rows as a plain frame, ``diverges`` recomputed when ``thresholds`` moves the tolerance."""
@@ -362,6 +419,10 @@ class CompareResult(pd.DataFrame):
         if thresholds is not None and (thresholds.diverge_rtol, thresholds.diverge_rtol_by_dtype) != \
                 (self.thresholds.diverge_rtol, self.thresholds.diverge_rtol_by_dtype):
             t["diverges"] = diverging(t, th)
+            noisy = getattr(self._ctx, "noisy", None)
+            if noisy is not None and len(noisy) and "verdict" in t.columns:
+                t["diverges"] = precision_model.precision_diverges(t, t["diverges"].to_numpy(dtype=bool),
+                                                                   t["verdict"].to_numpy(dtype=object), noisy)
         return t, th
 
     def first_divergence(self, step: int | None = None, rank: int | None = None,

@@ -1,0 +1,506 @@
+"""Precision model: the error a call's output may carry, given its inputs' error and its own precision.
+
+Two devices never compute bitwise alike: each kernel rounds in its own way, and the differences grow
+through the network. This module tells that noise from a wrong kernel. For every compared call it bounds
+the output's error by what its inputs' error propagates to (by the op's class: movement, additive,
+multiplicative, matmul, activation, exponential, softmax, normalisation, reduction, cast) plus what the
+call's own rounding allows (the unit roundoff ``u`` of the coarser side's dtype, or of the run's working
+precision, times a per-class count), and compares the output's measured error with that bound.
+
+Errors here are *scale-relative*: a statistic's difference over the bench tensor's largest magnitude (the
+norm's over the bench norm), so a mean near zero does not make a tiny difference look large. All from the
+statistics both dumps hold; no tensor is needed. The rule, its assumptions and its limits are in
+docs/compare.md ("Precision model").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: unit roundoff (half the spacing of numbers at 1) of each floating dtype
+UNIT_ROUNDOFF = {"torch.float64": 2.0 ** -53, "torch.float32": 2.0 ** -24, "torch.float16": 2.0 ** -11,
+                 "torch.bfloat16": 2.0 ** -8, "torch.float8_e4m3fn": 2.0 ** -4, "torch.float8_e5m2": 2.0 ** -3}
+SHORT = {"torch.float64": "fp64", "torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16",
+         "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8"}
+WITHIN, ANOMALOUS = "within precision", "anomalous"
+_MASK = 1e30  # a statistic this large is a mask value (finfo.min), not data
+
+_CLASSES: dict[str, tuple[str, ...]] = {
+    "movement": ("view", "reshape", "transpose", "permute", "contiguous", "clone", "expand", "expand_as",
+                 "__getitem__", "getitem", "split", "chunk", "unsqueeze", "squeeze", "flatten", "unflatten",
+                 "narrow", "select", "index_select", "gather", "cat", "concat", "stack", "pad", "embedding",
+                 "dropout", "Dropout", "t", "repeat", "repeat_interleave", "roll", "flip", "masked_fill",
+                 "where", "max_pool2d", "max_pool1d", "adaptive_max_pool2d", "unbind", "tile", "detach",
+                 "masked_fill_", "copy_", "__setitem__", "index", "movedim", "swapaxes", "as_strided"),
+    "cast": ("to", "float", "half", "bfloat16", "double", "type", "type_as", "_to_copy"),
+    "additive": ("add", "__add__", "__radd__", "__iadd__", "add_", "sub", "__sub__", "__rsub__", "__isub__",
+                 "sub_", "neg", "__neg__", "addcmul", "addcdiv", "lerp", "avg_pool2d", "adaptive_avg_pool2d",
+                 "avg_pool1d", "clamp", "clip", "abs", "relu", "relu_", "hardtanh", "leaky_relu"),
+    "multiplicative": ("mul", "__mul__", "__rmul__", "__imul__", "mul_", "div", "__truediv__", "__rtruediv__",
+                       "__itruediv__", "div_", "true_divide", "square", "pow", "__pow__", "reciprocal"),
+    "matmul": ("linear", "matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum",
+               "conv1d", "conv2d", "conv3d", "conv_transpose2d", "Conv1D", "scaled_dot_product_attention"),
+    "activation": ("gelu", "silu", "tanh", "sigmoid", "elu", "selu", "mish", "softplus", "hardswish",
+                   "hardsigmoid", "erf", "sin", "cos", "logsigmoid", "glu"),
+    "exponential": ("exp", "exp2", "expm1"),
+    "root": ("rsqrt", "sqrt"),
+    "softmax": ("softmax", "_softmax", "log_softmax", "_log_softmax", "logsumexp"),
+    "normalisation": ("layer_norm", "native_layer_norm", "rms_norm", "group_norm", "batch_norm",
+                      "instance_norm", "normalize", "native_batch_norm", "_fused_rms_norm"),
+    "reduction": ("sum", "mean", "var", "std", "norm", "cumsum", "prod", "amax", "amin", "max", "min",
+                  "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+                  "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div", "var_mean", "linalg_vector_norm"),
+}
+OP_CLASS = {op: c for c, ops in _CLASSES.items() for op in ops}
+#: roundings a correct kernel of each class may add to its output, in units of u (per side)
+OWN_ROUNDINGS = {"movement": 0.0, "cast": 1.0, "additive": 1.0, "multiplicative": 1.0, "matmul": 1.0,
+                 "activation": 2.0, "exponential": 2.0, "root": 2.0, "softmax": 3.0, "normalisation": 3.0,
+                 "reduction": 2.0, "other": 2.0}
+_DESCRIBE = {"movement": "a data movement", "cast": "a cast", "additive": "an addition", "matmul": "a matmul",
+             "multiplicative": "a product", "activation": "an activation", "exponential": "an exponential",
+             "root": "a square root", "softmax": "a softmax", "normalisation": "a normalisation",
+             "reduction": "a reduction", "other": "this op"}
+
+
+def op_class(op: str, call: str = "") -> str:
+    """The class of an API (``composite`` for module calls, whose own error is their children's)."""
+    if call.startswith(("Module.", "Cell.")):
+        return "composite"
+    return OP_CLASS.get(op, OP_CLASS.get(op.rstrip("_"), "other"))
+
+
+def unit_roundoff(dtype: np.ndarray) -> np.ndarray:
+    """u of each dtype name (NaN for non-floating dtypes)."""
+    return pd.Series(np.asarray(dtype, dtype=object)).map(UNIT_ROUNDOFF).to_numpy(dtype=float, na_value=np.nan)
+
+
+def _col(t: Any, c: str, default: float = np.nan) -> np.ndarray:
+    if c not in t:
+        return np.full(len(t["match"]), default)
+    return pd.to_numeric(pd.Series(np.asarray(t[c], dtype=object) if not isinstance(t[c], pd.Series) else t[c]),
+                         errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def scale_relative_errors(t: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(error, scale, norm error, norm) per row. ``error``: the largest difference of max, min and mean over
+    the bench tensor's largest magnitude ``scale``, or the norm's relative difference where larger; ``norm
+    error``: |npu norm - bench norm| / bench norm. A masked tensor (a statistic of 1e30 or more: finfo.min,
+    inf) is judged by its max alone and has no norm error."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        bmax, bmin = _col(t, "bench_max"), _col(t, "bench_min")
+        nmax, nmin = _col(t, "npu_max"), _col(t, "npu_min")
+        amax, amin = np.abs(bmax), np.abs(bmin)
+        masked = ~(amin < _MASK) | ~(amax < _MASK)
+        scale = np.where(masked, np.where(amax < _MASK, amax, np.nan), np.fmax(amax, amin))
+        err = np.zeros(len(scale))
+        for s, n, b in (("max", nmax, bmax), ("min", nmin, bmin), ("mean", _col(t, "npu_mean"),
+                                                                   _col(t, "bench_mean"))):
+            ok = (np.abs(b) < _MASK) & (np.abs(n) < _MASK) & ~(masked & (s != "max"))
+            err = np.fmax(err, np.where(ok & (scale > 0), np.abs(n - b) / scale, np.nan))
+        nn_, bn = _col(t, "npu_norm"), _col(t, "bench_norm")
+        en = np.where(~masked & (bn > 0), np.abs(nn_ - bn) / bn, np.nan)
+        en = np.where(~masked & (bn == 0), np.where(nn_ == 0, 0.0, np.inf), en)
+        err = np.fmax(err, en)
+        zero = (scale == 0) & ~masked
+        err = np.where(zero, np.where(np.fmax(np.abs(nmax), np.abs(nmin)) == 0, 0.0, np.inf), err)
+    return err, scale, en, np.where(masked, np.nan, bn)
+
+
+def _floor_u(t: Any, side: str, pair: np.ndarray, tensor: np.ndarray, floor: str) -> np.ndarray:
+    """Per row, the unit roundoff of its side's working precision: the coarsest floating dtype that side
+    computes in within the (step, rank) pair (``floor="auto"``), a named dtype, or none."""
+    if floor == "none":
+        return np.zeros(len(pair))
+    if floor != "auto":
+        name = floor if floor.startswith("torch.") else {v: k for k, v in SHORT.items()}.get(floor, floor)
+        return np.full(len(pair), UNIT_ROUNDOFF[name])
+    u = np.where(tensor, unit_roundoff(t[f"{side}_dtype"]), np.nan)
+    s = pd.Series(u).groupby(pair).max()
+    return np.nan_to_num(s.reindex(pair).to_numpy(dtype=float), nan=0.0)
+
+
+def _numel(shapes: np.ndarray) -> np.ndarray:
+    codes, uniq = pd.factorize(np.asarray(shapes, dtype=object))
+    n = np.array([float(np.prod(u)) if isinstance(u, tuple) else np.nan for u in uniq] + [np.nan])
+    return n[codes]
+
+
+def _last_dim(shapes: np.ndarray) -> np.ndarray:
+    codes, uniq = pd.factorize(np.asarray(shapes, dtype=object))
+    n = np.array([float(u[-1]) if isinstance(u, tuple) and len(u) else np.nan for u in uniq] + [np.nan])
+    return n[codes]
+
+
+def _by(codes: np.ndarray, n: int, values: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
+    """Per call code, the max or sum of ``values`` over rows in ``mask`` (0 where none)."""
+    v = np.where(mask, np.nan_to_num(values, nan=0.0), 0.0)
+    if how == "sum":
+        return np.bincount(codes, weights=v, minlength=n)
+    out = np.zeros(n)
+    np.maximum.at(out, codes[mask], v[mask])
+    return out
+
+
+def _calls(t: Any, n: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row -> call code, number of calls, each call's first row, class, is-backward, forward call code)."""
+    from .grading import _call_codes
+    codes = _call_codes(t)
+    nc = int(codes.max(initial=-1)) + 1
+    first = np.full(nc, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n))
+    calls = np.asarray(t["call"], dtype=object)
+    op = np.asarray(t["op"], dtype=object) if "op" in t else np.full(n, "", dtype=object)
+    ccall = calls[first]
+    ucalls, uc = pd.factorize(ccall)
+    uop = pd.Series(op[first]).groupby(ucalls).first().to_numpy(dtype=object) if nc else np.array([], dtype=object)
+    cls_u = np.array([op_class(str(o), str(c)) for o, c in zip(uop, uc)] + ["other"], dtype=object)
+    bwd_u = np.array([".backward" in str(c) for c in uc] + [False])
+    pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(n, dtype=np.int64)
+    cbwd = bwd_u[ucalls]
+    return codes, nc, first, cls_u[ucalls], cbwd, _forward_codes(ccall, cbwd, pair[first])
+
+
+def _propagate(e: np.ndarray, s: np.ndarray, codes: np.ndarray, nc: int, cl: np.ndarray, bw: np.ndarray,
+               fwd: np.ndarray, is_in: np.ndarray, is_out: np.ndarray, x0: np.ndarray, op: np.ndarray,
+               red: np.ndarray, sigma: np.ndarray, bmin: np.ndarray, arg: np.ndarray) -> np.ndarray:
+    """What the inputs' errors ``e`` (relative to the scales ``s``) propagate to in each output row, by the
+    class of its call (the rules of docs/compare.md, "Precision model")."""
+    ae = e * s
+    sum_ae, max_ae = _by(codes, nc, ae, is_in, "sum"), _by(codes, nc, ae, is_in, "max")
+    sum_e, max_e = _by(codes, nc, e, is_in, "sum"), _by(codes, nc, e, is_in, "max")
+    max_s = _by(codes, nc, s, is_in, "max")
+    ae_norm = _by(codes, nc, ae / sigma, is_in, "max")
+    min_pos = _by(codes, nc, np.where(bmin > 0, bmin, s), x0, "max")
+    out_e, out_s = _by(codes, nc, e, is_out, "max"), _by(codes, nc, s, is_out, "max")
+    w_s = _by(codes, nc, s, is_in & (arg != "0"), "max")
+    x_s, x_ae = _by(codes, nc, s, x0, "max"), _by(codes, nc, ae, x0, "max")
+    x_sigma = _by(codes, nc, sigma, x0, "max")
+    has_f = fwd >= 0
+    fi = np.where(has_f, fwd, 0)
+    f_e = np.where(has_f, np.fmax(max_e[fi], out_e[fi]), 0.0)
+    f_ae = np.where(has_f, max_ae[fi], 0.0)
+    f_out_ae = np.where(has_f, out_e[fi] * out_s[fi], 0.0)
+    f_out_s = np.where(has_f, out_s[fi], 1.0)
+    f_w_s = np.where(has_f & (w_s[fi] > 0), w_s[fi], 1.0)
+    f_sigma = np.where(has_f & (x_sigma[fi] > 0), x_sigma[fi], 1.0)
+    f_xs, f_xae = np.where(has_f, x_s[fi], 0.0), np.where(has_f, x_ae[fi], 0.0)
+    rc = codes
+    so = np.where(s > 0, s, np.nan)
+    mv = max_ae[rc] / so
+    logs = np.isin(op, ("log_softmax", "_log_softmax", "logsumexp"))
+    fw = {
+        "movement": mv, "cast": mv, "additive": sum_ae[rc] / so, "multiplicative": sum_e[rc], "matmul": sum_e[rc],
+        "activation": 1.13 * mv, "exponential": max_ae[rc], "root": 0.5 * max_ae[rc] / min_pos[rc],
+        "softmax": np.where(logs, 2 * mv, 2 * max_ae[rc]),
+        "normalisation": 2 * ae_norm[rc] + sum_e[rc],
+        "reduction": np.where(np.isin(op, ("sum", "cumsum")), red * mv,
+                              np.where(np.isin(op, ("var", "std", "var_mean", "norm", "linalg_vector_norm")),
+                                       2 * max_s[rc] * mv * np.fmax(1.0, max_s[rc] / so), 2 * mv)),
+        "other": 2 * np.fmax(sum_ae[rc] / so, sum_e[rc]),
+    }
+    g_mv = red * sum_ae[rc] / so
+    # weight and bias gradients sum over the rows of the batch: cancellation there is the data's, not the op's
+    rows_sum = red * (max_ae[rc] * f_xs[rc] + max_s[rc] * f_xae[rc]) / so
+    bk = {
+        "movement": g_mv, "cast": g_mv, "additive": g_mv,
+        "multiplicative": sum_e[rc] + f_e[rc] + g_mv,
+        "matmul": sum_e[rc] + f_e[rc] + np.where(arg != "0", rows_sum, 0.0),
+        "activation": (1.13 * max_ae[rc] + max_s[rc] * f_ae[rc]) / so,
+        "exponential": sum_e[rc] + f_e[rc] + f_ae[rc], "root": sum_e[rc] + 2 * f_e[rc],
+        "softmax": 2 * (f_out_s[rc] * max_ae[rc] + max_s[rc] * f_out_ae[rc]) / so + sum_e[rc],
+        "normalisation": 3 * (f_w_s[rc] / f_sigma[rc]) * red * (max_ae[rc] + max_s[rc] * 2 * f_ae[rc] / f_sigma[rc])
+        / so + np.where(arg != "0", rows_sum, 0.0),
+        "reduction": sum_e[rc] + 2 * f_ae[rc] + g_mv,
+        "other": 2 * (sum_e[rc] + f_e[rc]) + g_mv,
+    }
+    prop = np.full(len(e), np.nan)
+    for c in set(cl[rc].tolist()) - {"composite"}:
+        m = is_out & (cl[rc] == c)
+        prop = np.where(m & ~bw[rc], fw.get(c, fw["other"]), prop)
+        prop = np.where(m & bw[rc], bk.get(c, bk["other"]), prop)
+    prop = np.where(np.isnan(prop) & is_out & (cl[rc] != "composite"), 0.0, prop)
+    return np.where(s == 0, 0.0, prop)
+
+
+def assess(t: Any, tolerance: float = 2.5, floor: str = "auto") -> dict[str, np.ndarray]:
+    """Per row of a compare table (dict of arrays or DataFrame): ``op_class``, ``precision`` (the coarser
+    side's working precision, short name), ``inherited_err`` (what the inputs' error propagates to),
+    ``own_err`` (output error beyond it), ``bound`` (inherited + the call's own rounding allowance),
+    ``bound_ratio`` (output error / bound, the worse of the two channels: elementwise scale and norm) and
+    ``verdict`` ('within precision', 'anomalous', or '' for rows not judged: inputs, values, unmatched rows,
+    module calls). A row is anomalous when its ratio exceeds ``tolerance``."""
+    from .grading import INPUT_IO, OUTPUT_IO
+    n = len(t["match"])
+    io = np.asarray(t["io"], dtype=object)
+    op = np.asarray(t["op"], dtype=object) if "op" in t else np.full(n, "", dtype=object)
+    arg = np.asarray(t["arg"], dtype=object) if "arg" in t else np.full(n, "0", dtype=object)
+    uninit = np.asarray(t["uninitialised"], dtype=bool) if "uninitialised" in t else np.zeros(n, dtype=bool)
+    tensor = (np.asarray(t["match"], dtype=object) == "matched") & np.asarray(t["comparable"], dtype=bool) \
+        & (np.asarray(t["kind"], dtype=object) == "tensor") & ~uninit
+    pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(n, dtype=np.int64)
+    codes, nc, first, ccls, cbwd, fwd = _calls(t, n)
+    cl = ccls[codes]
+    is_in = tensor & np.isin(io, INPUT_IO)
+    is_out = tensor & np.isin(io, OUTPUT_IO)
+    x0 = is_in & (arg == "0")
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        e, s, en, norm = scale_relative_errors(t)
+        e = np.where((np.asarray(t["err"], dtype=float) == np.inf) & tensor, np.inf, e)
+        u_n = np.fmax(np.nan_to_num(unit_roundoff(t["npu_dtype"])), _floor_u(t, "npu", pair, tensor, floor))
+        u_b = np.fmax(np.nan_to_num(unit_roundoff(t["bench_dtype"])), _floor_u(t, "bench", pair, tensor, floor))
+        numel = _numel(t["npu_shape"])
+        in_numel = _by(codes, nc, numel, is_in, "max")
+        red = np.fmax(1.0, in_numel[codes] / numel)  # elements reduced into one output element
+        k_len = _by(codes, nc, _last_dim(t["npu_shape"]), x0, "max")
+        fk = np.where(fwd >= 0, k_len[np.where(fwd >= 0, fwd, 0)], np.nan)
+        klen = np.where(cbwd[codes], np.fmax(fk[codes], red), np.where(cl == "reduction", red, k_len[codes]))
+        k_own = pd.Series(cl).map(OWN_ROUNDINGS).to_numpy(dtype=float, na_value=np.nan)
+        acc = np.where(np.isin(cl, ("matmul", "reduction", "softmax", "normalisation")),
+                       np.sqrt(np.nan_to_num(klen, nan=1.0)) * 2.0 ** -23, 0.0)
+        own_allow = k_own * (u_n + u_b) + acc
+        nm, bm = _col(t, "bench_mean"), _col(t, "bench_min")
+        sigma = np.sqrt(np.fmax(norm ** 2 / numel - nm ** 2, 0.0))
+        sigma = np.where(sigma > 1e-3 * s, sigma, s)
+        rms = norm / np.sqrt(numel)
+        args = (codes, nc, ccls, cbwd, fwd, is_in, is_out, x0, op, red, sigma, bm, arg)
+        # an input carries at least the error its producer may make, whatever its statistics show: the
+        # producer's own allowance, then (a second pass) the producer's whole bound
+        floor_in = floor_own = _producer_bound(t, codes, nc, own_allow, is_out, pair)
+        for _ in range(2):
+            e_in = np.where(is_in, np.fmax(np.nan_to_num(e), floor_in), e)
+            prop = _propagate(e_in, s, *args)
+            bound = prop + own_allow
+            floor_in = _producer_bound(t, codes, nc, bound, is_out, pair)
+        # the norm channel: a systematic change (a scaled output, a wrong eps) moves the norm, noise hardly
+        # does: n elements with independent errors of at most b move the norm by about b * scale / norm
+        # (the elementwise error level taken as what this output's extremes show, at least its own rounding)
+        en_in = np.where(is_in, np.fmax(np.nan_to_num(en), np.sqrt(3.0) * floor_own * s / norm), en)
+        prop_n = _propagate(en_in, rms, *args)
+        bound_n = prop_n + np.sqrt(3.0) * np.fmax(np.nan_to_num(e), own_allow) * s / norm
+        judged = is_out & (cl != "composite") & ~np.isnan(e) & ~np.isnan(bound)
+        r1 = np.where(bound > 0, e / bound, np.where(e > 0, np.inf, 0.0))
+        r2 = np.where(bound_n > 0, en / bound_n, np.where(en > 0, np.inf, 0.0))
+        ratio = np.where(judged, np.fmax(r1, np.nan_to_num(r2)), np.nan)
+        ratio = np.where(judged & np.isinf(prop), 0.0, ratio)  # an input already a hard mismatch: not judged
+    verdict = np.where(judged, np.where(ratio > tolerance, ANOMALOUS, WITHIN), "").astype(object)
+    inv = {v: SHORT[k] for k, v in UNIT_ROUNDOFF.items()}
+    uu = np.fmax(u_n, u_b)
+    codes_u, uniq_u = pd.factorize(uu)
+    pname = np.array([inv.get(float(x), "") for x in uniq_u] + [""], dtype=object)[codes_u]
+    return {"op_class": np.where(is_out, cl, "").astype(object),
+            "precision": np.where(judged, pname, "").astype(object),
+            "inherited_err": np.where(judged, prop, np.nan),
+            "own_err": np.where(judged, np.fmax(e - np.nan_to_num(prop), 0.0), np.nan),
+            "own_allowance": np.where(judged, own_allow, np.nan),
+            "bound": np.where(judged, bound, np.nan),
+            "bound_ratio": ratio, "verdict": verdict,
+            "reduction_len": np.where(judged, klen, np.nan)}
+
+
+def _producer_bound(t: Any, codes: np.ndarray, nc: int, own_allow: np.ndarray, is_out: np.ndarray,
+                        pair: np.ndarray) -> np.ndarray:
+    """Per input row, the largest of ``own_allow`` over the outputs of the call that produced it (0: unknown)."""
+    if "producer" not in t:
+        return np.zeros(len(codes))
+    prod = np.asarray(t["producer"], dtype=object)
+    calls = np.asarray(t["call"], dtype=object)
+    per_call = _by(codes, nc, own_allow, is_out, "max")
+    if "parent" in t:  # a module's output carries what the calls inside it may make
+        parent = np.asarray(t["parent"], dtype=object)
+        first = np.full(nc, len(codes), dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(len(codes)))
+        pk = pd.Series(np.arange(nc), index=pd.MultiIndex.from_arrays([pair[first], calls[first]]))
+        pk = pk[~pk.index.duplicated()]
+        pc = pk.reindex(pd.MultiIndex.from_arrays([pair[first], parent[first]])).to_numpy(dtype=float)
+        has_p = ~np.isnan(pc)
+        for _ in range(4):
+            np.maximum.at(per_call, pc[has_p].astype(np.int64), per_call[has_p])
+    key = pd.Series(per_call[codes], index=pd.MultiIndex.from_arrays([pair, calls]))
+    key = key[~key.index.duplicated()]
+    has = prod != ""
+    out = np.zeros(len(codes))
+    if has.any():
+        got = key.reindex(pd.MultiIndex.from_arrays([pair[has], prod[has]])).to_numpy(dtype=float)
+        out[has] = np.nan_to_num(got)
+    return out
+
+
+def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np.ndarray:
+    """For each call code, the code of its forward call in the same pair (-1 for forward calls or none)."""
+    nc = len(ccall)
+    out = np.full(nc, -1, dtype=np.int64)
+    if not cbwd.any():
+        return out
+    key = {(int(p), str(c)): i for i, (p, c) in enumerate(zip(cpair, ccall))}
+    for i in np.flatnonzero(cbwd):
+        c = str(ccall[i])
+        head, _, tail = c.rpartition(".backward")
+        out[i] = key.get((int(cpair[i]), f"{head}.forward{tail}"), -1)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+VERDICT_COLUMNS = ("verdict", "bound_ratio", "own_err", "inherited_err", "bound", "precision", "op_class")
+_METRIC_REASONS = ("NormRelativeErr", "One Thousandth Err Ratio", "Cosine drops", "(compared anyway)",
+                   "diverges from the bench")
+
+
+def noise_pairs(t: Any, verdict: np.ndarray, skip_ops: tuple[str, ...] = ()) -> np.ndarray:
+    """The (step, rank) pairs whose runs differ by precision noise from their first difference on: the first
+    API call that differs at all differs in its outputs only, in value (not only in dtype), and within
+    precision. Pairs bitwise equal up to a call that differs beyond precision (a planted cause), or whose
+    first difference is an argument, an input from outside or an extra call, keep the exact rule."""
+    n = len(t["match"])
+    if n == 0:
+        return np.array([], dtype=np.int64)
+    from .grading import OUTPUT_IO
+    match = np.asarray(t["match"], dtype=object)
+    calls = np.asarray(t["call"], dtype=object)
+    api = ~pd.Series(calls).str.startswith(("Module.", "Cell.")).to_numpy(dtype=bool)
+    err = np.asarray(t["err"], dtype=float)
+    kind = np.asarray(t["kind"], dtype=object)
+    uninit = np.asarray(t["uninitialised"], dtype=bool) if "uninitialised" in t else np.zeros(n, dtype=bool)
+    op = np.asarray(t["op"], dtype=object) if "op" in t else np.full(n, "", dtype=object)
+    dt_diff = (kind == "tensor") & (np.asarray(t["npu_dtype"], dtype=object) != np.asarray(t["bench_dtype"],
+                                                                                          dtype=object))
+    live = api & ~uninit & ~np.isin(op, np.array(skip_ops, dtype=object))
+    with np.errstate(invalid="ignore"):
+        diff = live & (match == "matched") & ((err > 0) | dt_diff)
+    diff |= live & (match == "npu_only")
+    pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(n, dtype=np.int64)
+    ci = np.asarray(t["call_index"], dtype=np.int64)
+    idx = np.flatnonzero(diff)
+    if len(idx) == 0:
+        return np.array([], dtype=np.int64)
+    order = idx[np.lexsort((ci[idx], pair[idx]))]
+    firsts = order[np.r_[True, pair[order][1:] != pair[order][:-1]]]
+    io = np.asarray(t["io"], dtype=object)
+    out = []
+    for i in firsts:
+        p, c = pair[i], calls[i]
+        rows = np.flatnonzero(diff & (pair == p) & (calls == c))
+        ok = (match[rows] == "matched").all() and (kind[rows] == "tensor").all() \
+            and np.isin(io[rows], OUTPUT_IO).all() and np.isfinite(err[rows]).all() \
+            and (err[rows] > 0).any() and (verdict[rows] == WITHIN).all()
+        if ok:
+            out.append(int(p))
+    return np.array(out, dtype=np.int64)
+
+
+def precision_diverges(t: Any, diverges: np.ndarray, verdict: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+    """``diverges`` with the rows of noisy pairs replaced: there a row diverges when its call is anomalous
+    (beyond precision) or it is a hard mismatch (shape, NaN/inf, a value that differs)."""
+    pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(len(diverges), dtype=np.int64)
+    inp = np.isin(pair, noisy)
+    if not inp.any():
+        return diverges
+    hard = (np.asarray(t["err"], dtype=float) == np.inf) & (np.asarray(t["match"], dtype=object) == "matched")
+    return np.where(inp, (verdict == ANOMALOUS) | (hard & diverges), diverges)
+
+
+def quiet_noise(result: np.ndarray, reasons: list, keep: np.ndarray) -> tuple[np.ndarray, list]:
+    """Rows in ``keep`` lose the levels that only their metrics gave them (msprobe's metric rules, a dtype
+    difference compared anyway): those reasons become notes, since the row is within precision."""
+    from .grading import LEVELS
+    result = np.asarray(result, dtype=object).copy()
+    reasons = list(reasons)
+    rank = {"note": 0, "warning": 1, "error": 2}
+    for i in np.flatnonzero(keep & (result != "pass")):
+        new, lvl = [], 0
+        for r in reasons[i]:
+            head, _, text = str(r).partition(": ")
+            if head in ("warning", "error") and any(m in text for m in _METRIC_REASONS):
+                r = f"note: {text} (within precision)"
+                head = "note"
+            lvl = max(lvl, rank.get(head, 0))
+            new.append(r)
+        reasons[i] = new
+        result[i] = LEVELS[lvl]
+    return result, reasons
+
+
+def describe(row: Any, tolerance: float) -> str:
+    """The verdict of one output row with its figures, in words."""
+    cls = str(row.get("op_class", "other"))
+    what = _DESCRIBE.get(cls, "this op")
+    k = row.get("reduction_len", np.nan)
+    if cls in ("matmul", "softmax", "normalisation", "reduction") and k == k and k and k > 1:
+        what += f" over {int(k)}"
+    prec = row.get("precision", "") or "its"
+    ratio, own, inh = float(row["bound_ratio"]), float(row["own_err"]), float(row["inherited_err"])
+    allow = float(row.get("own_allowance", np.nan))
+    own_x = own / allow if allow and allow == allow else np.inf
+    if row.get("verdict") == ANOMALOUS:
+        return (f"anomalous: own error {own:.3g} is {own_x:.3g}x what {prec} allows for {what} (inherited error "
+                f"{inh:.3g}, bound {float(row['bound']):.3g}; output error {ratio:.3g}x the bound, tolerance "
+                f"{tolerance:g}x): not precision noise")
+    return f"within precision: output error {ratio:.3g}x its bound for {what} in {prec}"
+
+
+def summary_line(t: Any) -> str:
+    """One line: every call within precision (and the largest ratio, where), or the anomalous calls."""
+    v = np.asarray(t["verdict"], dtype=object) if "verdict" in t else np.array([], dtype=object)
+    judged = v != ""
+    if not judged.any():
+        return "no call judged by the precision model"
+    ratio = np.asarray(t["bound_ratio"], dtype=float)
+    calls = np.asarray(t["call"], dtype=object)
+    prec = sorted({p for p in np.asarray(t["precision"], dtype=object)[judged] if p})
+    pname = "/".join(prec) or "their"
+    anom = judged & (v == ANOMALOUS)
+    if anom.any():
+        names = list(dict.fromkeys(calls[anom]))
+        return f"{len(names)} call(s) beyond {pname} precision, first {names[0]}"
+    i = int(np.nanargmax(np.where(judged, ratio, -1.0)))
+    return f"every call within {pname} precision; largest output error {ratio[i]:.2g}x its bound at {calls[i]}"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What a user can tune in the precision model (``compare(..., precision=Precision(tolerance=8))`` or a
+    dict of these fields; ``precision=False`` keeps the exact rule alone)."""
+
+    #: a call is anomalous when its output error exceeds this many times its bound
+    tolerance: float = 2.5
+    #: the working precision each side is assumed to compute in at least: "auto" (the coarsest floating
+    #: dtype the side uses in the (step, rank) pair: a run under bf16 autocast rounds like bf16 even where a
+    #: tensor is fp32), "none" (each tensor's own dtype), or a dtype ("bf16", "torch.float16", ...)
+    floor: str = "auto"
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) or not self.tolerance > 0:
+            raise ValueError(f"Precision.tolerance must be a positive number, got {self.tolerance!r}")
+        names = set(UNIT_ROUNDOFF) | set(SHORT.values()) | {"auto", "none"}
+        if self.floor not in names:
+            raise ValueError(f"Precision.floor must be one of {sorted(names)}, got {self.floor!r}")
+
+    @classmethod
+    def of(cls, x: Any) -> Precision:
+        if x is None or x is True:
+            return cls()
+        if x is False:
+            return cls(enabled=False)
+        if isinstance(x, cls):
+            return x
+        if isinstance(x, dict):
+            unknown = sorted(set(x) - {f.name for f in fields(cls)})
+            if unknown:
+                raise ValueError(f"unknown precision options {unknown}; known: tolerance, floor, enabled")
+            return cls(**x)
+        raise ValueError(f"precision must be a Precision, a dict, True or False, got {type(x).__name__}")
+
+
+def apply(t: dict, p: Precision, skip_ops: tuple[str, ...] = ()) -> np.ndarray:
+    """Add the verdict columns to a compare table (dict of arrays) and return its noisy pairs; ``diverges``
+    of those pairs follows the verdicts (the exact rule's, ``diverges_exact``, is kept)."""
+    a = assess(t, p.tolerance, p.floor)
+    for k, v in a.items():
+        t[k] = v
+    noisy = noise_pairs(t, a["verdict"], skip_ops) if p.enabled else np.array([], dtype=np.int64)
+    t["diverges_exact"] = np.asarray(t["diverges"], dtype=bool).copy()
+    t["diverges"] = precision_diverges(t, t["diverges_exact"], a["verdict"], noisy)
+    return noisy
