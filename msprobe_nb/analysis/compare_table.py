@@ -168,6 +168,7 @@ def build_table(nc: pd.DataFrame, bc: pd.DataFrame, m: Any, mode: str, th: Thres
         cols["npu_data_name"], cols["bench_data_name"] = both("data_name", _obj, "")
     cols["npu_stack_id"] = _take(nc["stack_id"].to_numpy(dtype=np.int64), ni, -1)
     cols["producer"] = _take(_obj(nc["producer"]), ni, "")
+    cols["tensor_id"] = _take(nc["tensor_id"].to_numpy(dtype=float, na_value=np.nan), ni, np.nan)
     cols["parent"] = _take(_obj(nc["parent"]), ni, "")
     cols["npu_rng_state"], cols["bench_rng_state"] = both("rng_state", _obj, "")
 
@@ -304,18 +305,68 @@ def _op_of_call(call: str) -> str:
     return parts[1] if len(parts) >= 4 and parts[0] not in ("Module", "Cell") else ""
 
 
+def _destinations(t: Any, th: Thresholds, io: np.ndarray, op: np.ndarray, arg: np.ndarray) -> np.ndarray:
+    """Rows of tensors that are only room for a result: an ``out=`` argument before its call, and a tensor used
+    only as one, directly or through views made for it (FSDP2 views its unsharded parameters' freed and
+    reallocated memory as the ``out=`` of its all-gather copy-out). Their values are whatever the memory held."""
+    is_out = (io == "input") & ((arg == "out") | np.char.startswith(arg.astype(str), "out."))
+    if "tensor_id" not in t or not is_out.any():
+        return is_out
+    tid = np.asarray(t["tensor_id"], dtype=float)
+    valid = ~np.isnan(tid)
+    step, rank = np.asarray(t["step"], dtype=np.int64), np.asarray(t["rank"], dtype=np.int64)
+    key = np.where(valid, rank * 2.0 ** 44 + step * 2.0 ** 28 + np.nan_to_num(tid), np.nan)
+    calls = np.asarray(t["call"], dtype=object)
+    is_view = np.isin(op, np.array(th.view_ops, dtype=object))
+    consumer = (io == "input") & valid
+    view_in = is_view & consumer & (arg == "0")
+    view_out = is_view & (io == "output") & (arg == "0") & valid
+    out_key = dict(zip(zip(rank[view_out], step[view_out], calls[view_out]), key[view_out]))
+    view_in_at = np.flatnonzero(view_in)
+    view_in_out = np.array([out_key.get((rank[i], step[i], calls[i]), np.nan) for i in view_in_at], dtype=float)
+    ck = key[consumer]
+    dest: set = set()
+    while True:
+        ok = is_out.copy()
+        ok[view_in_at] |= np.isin(view_in_out, np.array(list(dest), dtype=float))
+        every = pd.Series(ok[consumer]).groupby(ck).all()
+        found = set(every.index[every.to_numpy(dtype=bool)])
+        if found == dest:
+            break
+        dest = found
+    return is_out | (valid & np.isin(key, np.array(list(dest), dtype=float)) & np.isin(io, ("input", "output")))
+
+
 def uninitialised_rows(t: Any, th: Thresholds) -> np.ndarray:
-    """Rows that hold uninitialised memory: outputs of ``empty``-like APIs, and inputs whose producer is one
-    (a tensor made by ``empty_like`` and not yet written by a recorded call). Their values are never compared."""
+    """Rows that hold uninitialised memory: outputs of ``empty``-like APIs, inputs whose producer is one
+    (a tensor made by ``empty_like`` and not yet written by a recorded call), and the buffers of
+    ``Thresholds.buffer_args`` (a collective's output tensor before the call). Their values are never compared."""
     skip = np.array(th.diverge_skip_ops, dtype=object)
     io = np.asarray(t["io"], dtype=object)
-    out = np.isin(np.asarray(t["op"], dtype=object), skip) & (io == "output")
+    op = np.asarray(t["op"], dtype=object)
+    arg = np.asarray(t["arg"], dtype=object)
+    out = np.isin(op, skip) & (io == "output")
     prod = np.asarray(t["producer"], dtype=object)
     has = prod != ""
     if has.any():
         codes, uniq = pd.factorize(prod[has])
         bad = np.isin(np.array([_op_of_call(str(u)) for u in uniq], dtype=object), skip)
+        made = set(uniq[bad])  # calls whose outputs are uninitialised memory
+        # a view of uninitialised memory is uninitialised too (FSDP2 views its fresh all-gather buffers as the
+        # destinations of a copy): follow views of views, call by call along the producers
+        calls = np.asarray(t["call"], dtype=object)
+        view_input = np.isin(op, np.array(th.view_ops, dtype=object)) & (io == "input") & (arg == "0") & has
+        while made:
+            viewed = set(calls[view_input & np.isin(prod, np.array(list(made), dtype=object))]) - made
+            if not viewed:
+                break
+            made |= viewed
+            out |= np.isin(calls, np.array(list(viewed), dtype=object)) & (io == "output")
         inputs = np.zeros(len(io), dtype=bool)
-        inputs[np.flatnonzero(has)] = bad[codes]
+        inputs[np.flatnonzero(has)] = np.isin(uniq, np.array(list(made), dtype=object))[codes]
         out |= inputs & np.isin(io, ("input", "parameters"))
+    out |= _destinations(t, th, io, op, arg)
+    if th.buffer_args:
+        for b_op, b_io, b_arg in th.buffer_args:
+            out |= (op == b_op) & (io == b_io) & (arg == b_arg)
     return out & (np.asarray(t["kind"], dtype=object) == "tensor")

@@ -63,6 +63,18 @@ class Thresholds:
     #: first divergence ignores these APIs (their outputs are uninitialised memory)
     diverge_skip_ops: tuple[str, ...] = ("empty", "empty_like", "empty_with_format", "new_empty_strided",
                                          "new_empty", "empty_strided")
+    #: APIs whose output is a view of their first input: a view of uninitialised memory is not compared either
+    view_ops: tuple[str, ...] = ("view", "view_as", "reshape", "reshape_as", "as_strided", "flatten", "unflatten",
+                                 "t", "transpose", "permute", "squeeze", "unsqueeze", "narrow", "select", "split",
+                                 "chunk", "unbind", "split_with_sizes", "expand", "expand_as", "__getitem__",
+                                 "detach", "alias")
+    #: (op, io, arg) of arguments that hold no value, only room for one: a collective's output buffer before the
+    #: call, and the all-gather output buffer FSDP2's copy-in op returns fresh. They are never compared.
+    buffer_args: tuple[tuple[str, str, str], ...] = (
+        ("all_gather_single", "input", "0"), ("all_gather_into_tensor", "input", "0"),
+        ("_all_gather_base", "input", "0"), ("reduce_scatter_single", "input", "0"),
+        ("reduce_scatter_tensor", "input", "0"), ("_reduce_scatter_base", "input", "0"),
+        ("all_to_all_single", "input", "0"), ("all_gather_copy_in", "output", "1"))
     #: APIs whose outputs are uninitialised or not numeric: no metric rule applies to them
     skip_ops: tuple[str, ...] = ("empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format",
                                  "new_empty_strided", "new_empty", "empty_strided")
@@ -86,6 +98,12 @@ class Thresholds:
                 if not ok:
                     raise ValueError(f"Thresholds.{f.name} must map dtype names to numbers, got {v!r}")
                 object.__setattr__(self, f.name, tuple((str(d), float(r)) for d, r in pairs))
+            elif f.name == "buffer_args":
+                triples = isinstance(v, (tuple, list)) and all(
+                    isinstance(p, (tuple, list)) and len(p) == 3 and all(isinstance(x, str) for x in p) for p in v)
+                if not triples:
+                    raise ValueError(f"Thresholds.{f.name} must be a tuple of (op, io, arg) names, got {v!r}")
+                object.__setattr__(self, f.name, tuple(tuple(p) for p in v))
             elif isinstance(f.default, tuple) and not (isinstance(v, (tuple, list))
                                                        and all(isinstance(x, str) for x in v)):
                 raise ValueError(f"Thresholds.{f.name} must be a tuple of op names, got {v!r}")

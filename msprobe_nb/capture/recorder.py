@@ -20,6 +20,7 @@ import torch
 from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the modes import them from here
 from msprobe_nb.capture.collectives import Collectives
 from msprobe_nb.capture.custom_functions import CustomFunctions
+from msprobe_nb.capture.dtensors import DTENSOR_TYPE, local_shard, placement_text
 from msprobe_nb.capture.grad_hooks import GradientHooks
 from msprobe_nb.capture.leaves import POSITIONS, SCALAR_TEXT, describe_value, leaves, walk
 from msprobe_nb.capture.naming import module_call_name
@@ -255,6 +256,9 @@ class Recorder:
         """The row of one leaf (``k``: its call's slot in ``calls``; ``base``: the name its path extends)."""
         name = f"{base}.{path}" if path else base
         if isinstance(leaf, torch.Tensor):
+            if (local := local_shard(leaf)) is not None:  # its shard's row, and what the shard is part of
+                row = self._row_of(k, base, io_code, path, is_kwarg, local, call, set_producer)
+                return (*row[:12], DTENSOR_TYPE, placement_text(leaf), *row[14:])
             e = self._seen.get(id(leaf))
             if e is not None and e[0]() is leaf and not set_producer and e[1] == leaf._version:
                 idx, tid, producer = e[2], e[3], e[4]

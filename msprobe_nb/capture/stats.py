@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture.dtensors import is_wrapper, local_shard
+from msprobe_nb.capture.host_arrays import numpy_copy, numpy_view
+
 try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
     from msprobe_nb.capture import _fused_stats as _kernel
 except ImportError:  # built without a compiler: torch's reductions give the same statistics
@@ -266,7 +269,7 @@ def _crc32(t: torch.Tensor) -> str:
     flat = t.detach().resolve_neg().resolve_conj().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
-    raw = flat.view(torch.uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)
+    raw = numpy_view(flat.view(torch.uint8)) if flat.numel() else np.zeros(0, np.uint8)
     return f"{zlib.crc32(memoryview(raw)):08x}"
 
 
@@ -286,7 +289,7 @@ def _host_copy(d: torch.Tensor) -> Any:
     else a contiguous torch clone (large tensors, bfloat16, complex, a negative or conjugate view)."""
     if d.dtype in _NUMPY_HELD and d.nbytes <= NUMPY_COPY_MAX_BYTES:
         try:
-            return d.numpy().copy()
+            return numpy_copy(d)
         except (RuntimeError, TypeError):  # a negative view and the like
             pass
     return d.clone(memory_format=torch.contiguous_format)
@@ -294,8 +297,8 @@ def _host_copy(d: torch.Tensor) -> Any:
 
 def has_storage(t: torch.Tensor) -> bool:
     """False for meta, fake and other tensors without data, whose values cannot be summarised."""
-    if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-        return False  # fake, functional and other subclass tensors
+    if type(t) is not torch.Tensor and (not isinstance(t, torch.nn.Parameter) or is_wrapper(t)):
+        return False  # fake, functional, DTensor and other wrapper tensors (also as an nn.Parameter)
     return not (t.is_meta or t.is_sparse or t.is_quantized)
 
 
@@ -330,6 +333,8 @@ class Summarizer:
             if n:
                 self._float32(t, n)
                 return len(values) - 1
+        if (local := local_shard(t)) is not None:  # a DTensor: this rank's shard (capture/dtensors.py)
+            t = local
         if not has_storage(t):
             return -1
         # a detached tensor builds no autograd graph: no grad-mode switch needed
@@ -382,11 +387,11 @@ class Summarizer:
         """Append the statistics of the small float32 CPU tensor ``d``: staged in its batch (filled when the
         batch is reduced), or computed at once when it cannot be (no buffer left, no numpy view).
 
-        ``numpy(force=True)`` views a tensor that requires grad without a separate ``detach()`` (0.2 µs
-        less per tensor); no autograd node is made either way."""
+        The tensor's values are read through :func:`numpy_view`, never ``Tensor.numpy()``, which would mark a
+        user's storage not resizable (FSDP2 frees its parameters by resizing them)."""
         values = self._values
         try:
-            a = d.numpy(force=True) if d.requires_grad else d.numpy()
+            a = numpy_view(d.detach() if d.requires_grad else d)
         except (RuntimeError, TypeError):  # conjugate / negative views and the like
             values.append(_cpu_stats(d.detach()))
             return

@@ -19,6 +19,7 @@ import pandas as pd
 from msprobe_nb.progress import bar, wanted
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.msprobe_reader import MICRO_STEP_KEY, is_plain_file_name
+from msprobe_nb.store.schema import DTENSOR_VALUE_TYPE
 
 if TYPE_CHECKING:
     from msprobe_nb.store.dump import Dump
@@ -59,7 +60,9 @@ def _stat_out(value: float, key: str, row: Any) -> Any:
 
 def _tensor_out(row: Any) -> dict[str, Any]:
     """One tensor leaf: type, dtype, shape, Max, Min, Mean, Norm, requires_grad, then md5 / data_name."""
-    out: dict[str, Any] = {"type": row.value_type or "torch.Tensor", "dtype": row.dtype,
+    # a DTensor's shard is written as the plain tensor it is (msprobe's readers know no other tensor type)
+    kind = "torch.Tensor" if not row.value_type or row.value_type == DTENSOR_VALUE_TYPE else row.value_type
+    out: dict[str, Any] = {"type": kind, "dtype": row.dtype,
                            "shape": None if row.shape is None else [int(s) for s in row.shape]}
     stats = [getattr(row, col) for _, col in _STATS]
     xor_like = bool(row.hash) and all(math.isnan(s) for s in stats)

@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # pandas is imported where tables are built, not by the recor
 
 SCHEMA_VERSION = 1
 
+#: ``value_type`` of a tensor row that holds a DTensor's local shard; its ``value`` is the JSON of the
+#: DTensor's placements, mesh and global shape (docs/distributed.md)
+DTENSOR_VALUE_TYPE = "DTensor"
+
 #: column -> (pandas dtype, meaning). Order is the DataFrame's column order.
 COLUMNS: dict[str, tuple[str, str]] = {
     "step": ("int32", "training step the row belongs to"),
@@ -48,7 +52,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "posinf_count": ("Int64", "number of +inf elements"),
     "neginf_count": ("Int64", "number of -inf elements"),
     "hash": ("string", "content hash in md5/crc32/xor summary modes; empty otherwise"),
-    "value_type": ("string", "type of a non-tensor value (int, float, torch.dtype, slice, ...)"),
+    "value_type": ("string", "type of a non-tensor value (int, float, torch.dtype, slice, ...); "
+                                "DTENSOR_VALUE_TYPE on the row of a DTensor's local shard"),
     "value": ("string", "JSON text of a non-tensor value"),
     "data_name": ("string", "key of the whole tensor in tensor mode (Dump.tensor(key)); empty otherwise"),
     "stack_id": ("int32", "index into Dump.stacks (-1: none)"),
