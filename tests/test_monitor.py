@@ -118,7 +118,7 @@ def test_a_nan_planted_at_step_240_is_the_first_anomaly_and_alerts_once(tmp_path
 def test_a_spike_and_a_direction_drop_are_flagged_where_planted(tmp_path):
     def plant(step, model, opt):
         if step == 40:
-            model.fc1.weight.grad.mul_(10.0)
+            model.fc1.weight.grad.mul_(30.0)
         if step == 60:
             model.fc2.weight.grad.neg_()
 

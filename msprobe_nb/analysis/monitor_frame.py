@@ -19,7 +19,7 @@ from msprobe_nb.store.monitor_schema import ANOMALY_COLUMNS, PARAM_KINDS, RULES,
 
 __all__ = ["ANOMALY_COLUMNS", "MonitorFrame", "RULES", "SPIKE_KINDS", "layer_of", "load_monitor"]
 
-_RULE_ARGS = ("warmup", "window", "spike_z", "spike_ratio", "direction_drop")
+_RULE_ARGS = ("warmup", "window", "spike_z", "spike_ratio", "direction_drop", "spike_floor")
 
 
 def layer_of(name: str, kind: str) -> str:
@@ -87,7 +87,8 @@ class MonitorFrame:
     def anomalies(self, **thresholds: float) -> pd.DataFrame:
         """Every alert of the rules over the record, most severe first: the non-finite values (each series'
         first, by step), then spikes and direction drops by severity; ``ANOMALY_COLUMNS``. Thresholds
-        (``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``direction_drop``) default to the run's."""
+        (``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``spike_floor``, ``direction_drop``) default
+        to the run's."""
         unknown = sorted(set(thresholds) - set(_RULE_ARGS))
         if unknown:
             raise TypeError(f"anomalies() got unknown threshold(s) {unknown}; known: {', '.join(_RULE_ARGS)}")

@@ -110,8 +110,9 @@ class MonitorHooks:
     (False; True: every module; a regex; a list of names); ``activation_grads`` (default: as activations) their
     output gradients too. ``histogram``: bin bounds for gradient histograms; ``signs``: gradient sign bitmaps
     (for direction similarity). ``grad_scaler``: a GradScaler whose scale is recorded. ``rank``: default from
-    torch.distributed. ``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``direction_drop``: the alert
-    thresholds (``monitor_schema.THRESHOLDS``, docs/monitor.md); ``alerts=False`` checks and prints none.
+    torch.distributed. ``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``spike_floor``,
+    ``direction_drop``: the alert thresholds (``monitor_schema.THRESHOLDS``, docs/monitor.md); ``alerts=False``
+    checks and prints none.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -121,8 +122,8 @@ class MonitorHooks:
                  histogram: Sequence[float] | None = None, signs: bool = False, grad_scaler: Any = None,
                  rank: int | None = None, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
                  spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
-                 direction_drop: float = THRESHOLDS["direction_drop"], alerts: bool = True,
-                 start_step: int = 0) -> None:
+                 spike_floor: float = THRESHOLDS["spike_floor"], direction_drop: float = THRESHOLDS["direction_drop"],
+                 alerts: bool = True, start_step: int = 0) -> None:
         bad = [s for s in stats if s not in STATS]
         if bad or "norm" not in stats:
             raise ValueError(f"Monitor: stats must include 'norm' and be among {', '.join(STATS)}; got {list(stats)}")
@@ -153,7 +154,7 @@ class MonitorHooks:
             dist = torch.distributed
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.rank, self.step_index = int(rank), int(start_step)
-        rules = AlertRules(warmup, window, spike_z, spike_ratio, direction_drop)  # checks the thresholds
+        rules = AlertRules(warmup, window, spike_z, spike_ratio, direction_drop, spike_floor)  # checks them
         self._rules = rules if alerts else None
         self.alerts: list[str] = []
         self._lines_printed = 0

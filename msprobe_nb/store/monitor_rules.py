@@ -2,19 +2,26 @@
 step as it trains, and ``load_monitor(...).anomalies()`` replays the record through the same object, so the
 two agree by construction (tests/test_monitor_alerts.py checks it on random planted series).
 
-Each series (a gradient's norm, an activation's, the loss, ...) is judged against its own recent past:
+Each series (a gradient's norm, an activation's, the loss, ...) is judged against its own recent past, in
+logs (norms move by factors):
 
 * ``nonfinite``: a value is NaN or infinite, the first time in its series (what follows is its consequence);
-* ``spike``: once a series holds ``warmup`` positive finite values, a value whose log lies more than
-  ``spike_z`` robust standard deviations (1.4826 x the median absolute deviation) above the median of the
-  series' last ``window`` log values, and at least ``spike_ratio`` times that median. Logs, since norms move
-  by factors; the median and the MAD, since one earlier spike must not hide the next; a window, so that the
-  slow trend of training (norms fall by orders of magnitude) is not a spike;
-* ``direction_drop``: a gradient's sign agreement with its previous step that fell below the median of its
-  window by more than ``spike_z`` robust deviations and by more than ``direction_drop`` x that median.
+* ``spike``: once a series holds ``warmup`` positive finite values, a value that jumps from the previous
+  one, beyond the series' typical change per step (the median change over its last ``window`` values), by
+  more than a factor ``spike_ratio`` and by more than ``spike_z`` robust standard deviations of its changes
+  (1.4826 x their median absolute deviation), and is at least ``spike_floor`` x the series' level over its
+  warm-up. A jump, so that training's trends (norms fall by orders of magnitude, rise for a while in an
+  early phase) are followed, not flagged; robust statistics, so that one earlier spike does not hide the
+  next; the floor, so that the noise of a series that has converged to nothing (a loss of 1e-7 that
+  wobbles by factors) is not news;
+* ``direction_drop``: a gradient's sign agreement with its previous step that fell from the previous one
+  (same rule, on the values themselves) by more than ``spike_z`` robust deviations and by more than
+  ``direction_drop`` x that previous value.
 
-Zero and negative magnitudes are neither judged nor kept (a norm of 0 says nothing of a spike; a loss that
-can be negative is not watched). docs/monitor.md gives the thresholds (``monitor_schema.THRESHOLDS``).
+A series' typical change and spread are refreshed every ``REFRESH`` values (from its first judged one on), so
+most steps cost one small median per series. Zero and negative magnitudes are neither judged nor kept (a norm
+of 0 says nothing of a spike; a loss that can be negative is not watched). docs/monitor.md gives the
+thresholds (``monitor_schema.THRESHOLDS``).
 """
 from __future__ import annotations
 
@@ -29,12 +36,16 @@ __all__ = ["MAD_TO_SIGMA", "Alert", "AlertRules", "alert_message"]
 
 #: the MAD of normally distributed values times this is their standard deviation
 MAD_TO_SIGMA = 1.4826
+#: a series' typical change and spread are recomputed from its window every this many of its values (and at
+#: its first judged value): a step then costs a small median, not two partitions of every window
+REFRESH = 8
 
 
 @dataclass(frozen=True)
 class Alert:
-    """One hit of a rule: the series (an id the caller assigned), the value, the series' median over its
-    window (``reference``) and ``severity``: how far past the rule's threshold (1: at it; inf: not finite)."""
+    """One hit of a rule: the series (an id the caller assigned), the value, what the series' previous value
+    and typical change led to expect (``reference``) and ``severity``: how far past the rule's bar (1: at it;
+    inf: not finite)."""
 
     step: int
     series: int
@@ -49,22 +60,29 @@ class AlertRules:
 
     def __init__(self, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
                  spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
-                 direction_drop: float = THRESHOLDS["direction_drop"]) -> None:
-        if not (1 <= int(warmup) <= int(window)) or spike_z < 0 or spike_ratio < 1 or not 0 <= direction_drop <= 1:
-            raise ValueError(f"alert thresholds out of range: warmup={warmup!r}, window={window!r} (1 <= warmup "
+                 direction_drop: float = THRESHOLDS["direction_drop"],
+                 spike_floor: float = THRESHOLDS["spike_floor"]) -> None:
+        if not (2 <= int(warmup) <= int(window)) or spike_z < 0 or spike_ratio < 1 or not 0 <= direction_drop <= 1 \
+                or not 0 <= spike_floor:
+            raise ValueError(f"alert thresholds out of range: warmup={warmup!r}, window={window!r} (2 <= warmup "
                              f"<= window), spike_z={spike_z!r} (>= 0), spike_ratio={spike_ratio!r} (>= 1), "
-                             f"direction_drop={direction_drop!r} (0..1)")
+                             f"direction_drop={direction_drop!r} (0..1), spike_floor={spike_floor!r} (>= 0)")
         self.warmup, self.window = int(warmup), int(window)
         self.spike_z, self.spike_ratio, self.direction_drop = float(spike_z), float(spike_ratio), float(direction_drop)
+        self.spike_floor = float(spike_floor)
         self._log_ratio = math.log(self.spike_ratio)
+        self._log_floor = math.log(self.spike_floor) if self.spike_floor > 0 else -math.inf
         self._buf = np.zeros((0, self.window))
         self._count = np.zeros(0, np.int64)
         self._told = np.zeros(0, bool)  # per series: its first non-finite value was reported
+        self._slope = np.zeros(0)  # per series: its median change per step at its last refresh
+        self._bar = np.zeros(0)  # and how far a value must jump from the previous one (in the rule's direction)
+        self._low = np.zeros(0)  # the log of the least value a spike may have (spike_floor x its warm-up level)
 
     @property
     def thresholds(self) -> dict[str, float]:
         return {"warmup": self.warmup, "window": self.window, "spike_z": self.spike_z,
-                "spike_ratio": self.spike_ratio, "direction_drop": self.direction_drop}
+                "spike_ratio": self.spike_ratio, "direction_drop": self.direction_drop, "spike_floor": self.spike_floor}
 
     def _grow(self, n: int) -> None:
         if n > len(self._count):
@@ -72,22 +90,34 @@ class AlertRules:
             self._buf = np.concatenate([self._buf, np.zeros((extra, self.window))])
             self._count = np.concatenate([self._count, np.zeros(extra, np.int64)])
             self._told = np.concatenate([self._told, np.zeros(extra, bool)])
+            self._slope = np.concatenate([self._slope, np.zeros(extra)])
+            self._bar = np.concatenate([self._bar, np.zeros(extra)])
+            self._low = np.concatenate([self._low, np.zeros(extra)])
 
-    def _robust(self, series: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(median, MAD) of each series' window (its last min(count, window) values)."""
+    def _chronological(self, series: np.ndarray, count: np.ndarray, k: int) -> np.ndarray:
+        """The last ``k`` values of each series (each has at least ``k``), oldest first."""
+        idx = (count[:, None] - k + np.arange(k)) % self.window
+        return self._buf[series[:, None], idx]
+
+    def _refresh(self, series: np.ndarray, count: np.ndarray, direction: bool, prev: np.ndarray) -> None:
+        """Recompute the typical change per step and the hit bar of ``series`` from their windows (and, at
+        the end of a series' warm-up, its floor)."""
         n = np.minimum(count, self.window)
-        if n.min() == n.max():  # the common case: every series judged has as many values
-            block = self._buf[series, :n[0]]
-            m = _median(block)
-            return m, _median(np.abs(block - m[:, None]))
-        med, mad = np.empty(len(series)), np.empty(len(series))
+        slope, mad = np.empty(len(series)), np.empty(len(series))
         for k in np.unique(n):
             at = np.flatnonzero(n == k)
-            block = self._buf[series[at], :k]
-            m = _median(block)
-            med[at] = m
-            mad[at] = _median(np.abs(block - m[:, None]))
-        return med, mad
+            d = np.diff(self._chronological(series[at], count[at], int(k)), axis=1)
+            m = _median(d)
+            slope[at] = m
+            mad[at] = _median(np.abs(d - m[:, None]))
+        floor = self.direction_drop * prev if direction else self._log_ratio
+        self._slope[series] = slope
+        self._bar[series] = np.maximum(self.spike_z * MAD_TO_SIGMA * mad, floor)
+        first = count == self.warmup
+        if first.any() and not direction:
+            at = np.flatnonzero(first)
+            warm = self._chronological(series[at], count[at], self.warmup)
+            self._low[series[at]] = _median(warm) + self._log_floor
 
     def observe(self, step: int, series: np.ndarray, values: np.ndarray, direction: bool = False) -> list[Alert]:
         """Judge one step's ``values`` of ``series`` (ids, each at most once), then add them to the windows.
@@ -111,17 +141,26 @@ class AlertRules:
             with np.errstate(divide="ignore", invalid="ignore"):
                 x = np.log(values)
         count = self._count[series]
-        judge = np.flatnonzero(ok & (count >= self.warmup))
-        if len(judge):
+        if ok.all() and count.min() >= self.warmup:  # the common case: every value judged
+            judge, s = None, series
+        else:
+            judge = np.flatnonzero(ok & (count >= self.warmup))
             s = series[judge]
-            med, mad = self._robust(s, count[judge])
-            if direction:
-                dev, floor = med - x[judge], self.direction_drop * med
-            else:
-                dev, floor = x[judge] - med, self._log_ratio
-            bar = np.maximum(self.spike_z * MAD_TO_SIGMA * mad, floor)
-            for j in np.flatnonzero((dev > bar) & (dev > 0)):
-                i = judge[j]
+        if len(s):
+            cs = count if judge is None else count[judge]
+            prev = self._buf[s, (cs - 1) % self.window]
+            stale = (cs - self.warmup) % REFRESH == 0
+            if stale.any():
+                self._refresh(s[stale], cs[stale], direction, prev[stale])
+            med = prev + self._slope[s]  # what the series' typical change makes of its previous value
+            bar = self._bar[s]
+            xs = x if judge is None else x[judge]
+            dev = med - xs if direction else xs - med
+            hit = (dev > bar) & (dev > 0)
+            if not direction:
+                hit &= xs >= self._low[s]
+            for j in np.flatnonzero(hit):
+                i = j if judge is None else judge[j]
                 ref = float(med[j]) if direction else math.exp(med[j])
                 sev = float(dev[j] / bar[j]) if bar[j] > 0 else math.inf
                 out.append(Alert(step, int(series[i]), "direction_drop" if direction else "spike", float(values[i]),
@@ -154,5 +193,5 @@ def alert_message(rule: str, kind: str, name: str, value: float, reference: floa
     if rule == "nonfinite":
         return f"{what} is {value} (first seen)"
     if rule == "spike":
-        return f"{what} spiked to {value:.4g}, {value / reference:.3g}x its median {reference:.4g}"
-    return f"{what}: {value:.1%} of signs agree with the previous step, against a median {reference:.1%}"
+        return f"{what} spiked to {value:.4g}, {value / reference:.3g}x the {reference:.4g} expected"
+    return f"{what}: {value:.1%} of signs agree with the previous step, after {reference:.1%}"

@@ -46,14 +46,15 @@ SPIKE_SCALARS = ("loss", "grad_norm")
 #: the alert rules, most severe first (the order of ``anomalies()``)
 RULES = ("nonfinite", "spike", "direction_drop")
 #: the rules' thresholds and their defaults (Monitor arguments of the same names; docs/monitor.md says why):
-#: ``warmup``: finite values a series needs before it is judged; ``window``: how many of its latest values it
-#: is judged against; ``spike_z``: a spike is that many robust standard deviations (1.4826 x the median
-#: absolute deviation) of the log values above their median, and ``spike_ratio``: at least that factor above
-#: the median; ``direction_drop``: a sign agreement that fell by this share of its median (and ``spike_z``
-#: robust deviations) is a drop, for gradients of ``direction_min_numel`` values or more
-THRESHOLDS = {"warmup": 20, "window": 100, "spike_z": 8.0, "spike_ratio": 3.0, "direction_drop": 0.3,
-              "direction_min_numel": 256}
+#: ``warmup``: positive finite values a series needs before it is judged; ``window``: how many of its latest
+#: values its typical change per step and their spread are taken from; a spike jumps from the previous value,
+#: past that typical change, by more than ``spike_ratio`` x and by more than ``spike_z`` robust standard
+#: deviations (1.4826 x the median absolute deviation) of the changes, to at least ``spike_floor`` x the
+#: series' warm-up level; ``direction_drop``: a sign agreement that fell by this share of its previous value
+#: (and ``spike_z`` robust deviations) is a drop, for gradients of ``direction_min_numel`` values or more
+THRESHOLDS = {"warmup": 20, "window": 100, "spike_z": 8.0, "spike_ratio": 10.0, "spike_floor": 0.01,
+              "direction_drop": 0.3, "direction_min_numel": 256}
 
-#: the columns of ``MonitorFrame.anomalies()``: ``reference`` is the series' median over its window,
-#: ``severity`` how many robust standard deviations off it the value is (inf for a non-finite value)
+#: the columns of ``MonitorFrame.anomalies()``: ``reference`` is what the series' previous value led to expect,
+#: ``severity`` how far past the rule's bar the value is (1: at it; inf: a non-finite value)
 ANOMALY_COLUMNS = ["step", "rank", "name", "layer", "kind", "rule", "value", "reference", "severity", "message"]
