@@ -33,7 +33,7 @@ def _grid_css() -> str:
 
 _GRID_CSS_BASE = """
 .msnb-grid{font:12px/1.35 var(--jp-code-font-family,monospace);color:var(--jp-ui-font-color1,#222);
-  min-width:0;max-width:100%;--msnb-name-w:15em}
+  min-width:0;max-width:100%;--msnb-name-w:17em}
 .msnb-grid .msnb-scroll{overflow:auto;max-height:30em;border:1px solid #ccc;position:relative}
 .msnb-grid table{border-collapse:separate;border-spacing:0;width:max-content}
 .msnb-grid th{position:sticky;top:0;z-index:2;background:#eceff1;text-align:left;padding:3px 6px;
@@ -70,7 +70,7 @@ function esc(s) {
 function middle(s, n) {
   s = String(s);
   if (n < 4 || s.length <= n) return s;
-  const tail = Math.ceil((n - 1) * 0.6), head = n - 1 - tail;
+  const tail = Math.ceil((n - 1) * 0.65), head = n - 1 - tail;
   return s.slice(0, head) + "…" + s.slice(s.length - tail);
 }
 function render({ model, el }) {

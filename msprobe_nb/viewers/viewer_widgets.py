@@ -184,7 +184,11 @@ class ViewerWidgets:
             table_widget = w["table"]
         tree_box = self._build_tree(W)
         grid_box = W.VBox([nav, table_widget], layout=lay(flex="1 1 520px", min_width="0", max_width="100%"))
-        main = wrap_row([tree_box, grid_box], align_items="flex-start") if tree_box is not None else grid_box
+        if tree_box is not None:
+            main = wrap_row([tree_box, grid_box], align_items="flex-start")
+        else:  # alone in the tab's column: its 520px basis would be a height, empty space under a short table
+            grid_box.layout.flex = "0 0 auto"
+            main = grid_box
         w["detail_here"] = W.VBox([w["detail"]], layout=lay(border_top="1px solid #ddd", margin="6px 0 0 0"))
         table_tab = W.VBox([main, w["detail_here"]])
         detail_tab = W.VBox([w["detail"], w["detail_row"], w["detail_img"]])
