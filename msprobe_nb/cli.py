@@ -8,6 +8,7 @@
     msprobe-nb config [config.json] [--level mix ...] [--json]   (check what a config records)
     msprobe-nb acc-check DUMP [-o pre.csv] [--device cpu] [--target DEV] [--api NAME] [--skip NAME]
     msprobe-nb acc-compare NPU_PRE.csv GPU_PRE.csv [-o cmp.csv]   (which APIs the NPU does worse)
+    msprobe-nb demo [--out DIR]    (the randomness demo);  msprobe-nb --version
 
 Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
 """
