@@ -50,9 +50,10 @@ def _print_notes(caught, dbg: Debugger) -> None:
     "recording ... -> path" line, not as a UserWarning pointing at the kit's own source."""
     for w in caught:
         text = str(w.message)
-        if dbg.dump_dir is not None and "writing to" in text and str(dbg.dump_dir) in text:
-            continue
-        print(f"msprobe_nb: note: {text}")
+        if "msprobe_nb" not in str(w.filename).replace("\\", "/"):  # not the kit's: shown as it came
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        elif dbg.dump_dir is None or "writing to" not in text or str(dbg.dump_dir) not in text:
+            print(f"msprobe_nb: note: {text}")
 
 
 def _where(dbg: Debugger) -> str:
