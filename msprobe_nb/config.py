@@ -213,6 +213,7 @@ class DumpConfig:
     on_exists: str = "new"
     stack: bool = True
     compress_tensors: bool = False
+    compile: str = "compiled"
     framework: str = "pytorch"
     extra: dict[str, Any] = field(default_factory=dict)
 

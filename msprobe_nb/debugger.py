@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from msprobe_nb.capture.api_mode import ApiMode
+from msprobe_nb.capture.compiled import CompileWatch
 from msprobe_nb.capture.dispatch_mode import AtenMode
 from msprobe_nb.capture.module_hooks import ModuleHooks
 from msprobe_nb.capture.randomness import RandomPolicy
@@ -88,6 +89,8 @@ class Debugger:
         self._lock = None  # this rank's claim of the dump folder (DumpLock), from start() to close()
         self._made_dir = False  # start() created the dump folder
         self._online = None  # task acc_check: the OnlineAccCheck grading each step
+        # torch.compile'd models: the compile option's stance, the warning, the dump's note
+        self._compile = CompileWatch(self.config.compile, self.config.level)
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ state
@@ -202,7 +205,8 @@ class Debugger:
         if self._api_mode is not None or self._aten_mode is not None:
             rec.active = True
             return
-        self._hooks = self._hooks or ModuleHooks(rec)
+        self._compile.enter()
+        self._hooks = self._hooks or ModuleHooks(rec, self._compile)
         self._hooks.install()
         if cfg.level == "L2":
             self._aten_mode = AtenMode(rec)
@@ -249,6 +253,7 @@ class Debugger:
                 setattr(self, attr, None)
         if self._hooks is not None:
             self._hooks.remove()
+        self._compile.exit()
         if self._random is not None:
             self._random.uninstall()
         rec.remove_step_hooks()
@@ -311,6 +316,12 @@ class Debugger:
                 self._recorder.remove_all_hooks()
             if self._writer is not None:
                 self._writer.close()
+            elif self._recorder is not None and self.config.task != "acc_check" and not self._dropped \
+                    and (not self.config.rank or self._recorder.rank in self.config.rank):
+                warnings.warn(f"msprobe_nb: no call was recorded, so no dump was written to "
+                              f"{str(self.dump_dir or self.config.dump_path)!r} (level {self.config.level}: "
+                              f"{_NOTHING_SEEN.get(self.config.level, '')}; steps {self.config.step or 'all'})",
+                              UserWarning, stacklevel=2)
             self._release_dump_dir()
             self._closed = True
 
@@ -334,6 +345,8 @@ class Debugger:
         }
         if self._seed_report is not None:
             meta["seed_report"] = str(self._seed_report)
+        if self._compile.note() is not None:
+            meta["compile_note"] = self._compile.note()
         self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta,
                                   tensor_compression="lzf" if cfg.compress_tensors else None, lock=self._lock)
         for step, code in self._unmarked:  # steps dropped before the file existed
@@ -415,6 +428,11 @@ class Debugger:
         if self.dump_dir is None:
             raise RuntimeError("nothing has been written yet: record a step first")
         return load(self.dump_dir)
+
+
+#: what a level records, for the warning that a recording saw nothing
+_NOTHING_SEEN = {"L0": "module calls, seen by global module hooks", "L1": "torch API calls",
+                 "mix": "module and torch API calls", "L2": "aten operators"}
 
 
 @contextmanager

@@ -16,6 +16,7 @@ DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor", "crc32")
 ON_EXISTS = ("new", "error", "overwrite")
 FRAMEWORKS = ("pytorch",)
+COMPILE_MODES = ("compiled", "eager")
 
 #: kinds of value, and how a command line writes them
 KINDS = ("choice", "bool", "ids", "names", "data_mode", "seed", "path")
@@ -72,6 +73,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("on_exists", "choice", "when dump-path holds a dump already", ON_EXISTS),
     Option("stack", "bool", "do not keep user stacks", flag="--no-stack"),
     Option("compress_tensors", "bool", "tensor task: compress the whole-tensor buffers (lzf)"),
+    Option("compile", "choice", "a torch.compile'd model: keep its compiled numerics (each graph one call), or run "
+           "it eagerly while recording for per-call rows", COMPILE_MODES),
     Option("framework", "choice", "msprobe's framework key", FRAMEWORKS, shell=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -13,6 +13,7 @@ import torch
 import torch.optim.optimizer as _optimizer
 from torch.nn.modules import module as _module
 
+from msprobe_nb.capture.compiled import CompileWatch, compiled_name, is_compiled, uncompiled
 from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
@@ -21,8 +22,9 @@ _is_compiling = torch.compiler.is_compiling
 class ModuleHooks:
     """Installs and removes the global hooks that feed a :class:`Recorder`."""
 
-    def __init__(self, recorder: Recorder):
+    def __init__(self, recorder: Recorder, compile_watch: CompileWatch | None = None):
         self.recorder = recorder
+        self.compile_watch = compile_watch or CompileWatch(recorder.cfg.compile, recorder.cfg.level)
         self._handles: list = []
 
     def install(self) -> None:
@@ -42,17 +44,26 @@ class ModuleHooks:
 
     # forward pre-hook: inputs before the module runs (in-place modules change them)
     def _pre(self, module, args):
+        if _is_compiling():  # first: dynamo traces these hooks, and must see nothing of the recorder
+            return None
         rec = self.recorder
-        if not rec.active or _is_compiling():
+        if not rec.active:
             return None
         with rec.working():
             try:
-                path = rec.module_path(module)
+                target = module
+                if is_compiled(module):  # torch.compile's wrapper: its call is all L0 sees of a compiled model
+                    target = uncompiled(module)
+                    path = None if self.compile_watch.mode == "eager" else compiled_name(rec.module_path(target))
+                    if path is not None:
+                        self.compile_watch.saw_compiled()
+                else:  # (with compile="eager" the wrapped module runs next, eagerly, and is recorded itself)
+                    path = rec.module_path(module)
                 if path is None:  # a root model: not recorded, like msprobe, but it parents nothing either
-                    rec.module_stack.append((module, Call("", "Module", type(module).__name__, -1, "forward",
+                    rec.module_stack.append((module, Call("", "Module", type(target).__name__, -1, "forward",
                                                           dump=False)))
                     return None
-                c = rec.open_module(module, path, sys._getframe(1))
+                c = rec.open_module(target, path, sys._getframe(1))
                 rec.add_rows(c, "forward", "input", args)
                 rec.module_stack.append((module, c))
             except Exception as exc:
@@ -64,8 +75,10 @@ class ModuleHooks:
         but as ``(module, args, result)``, without kwargs, when the forward raised (always-call hooks on the
         exception path, e.g. the early stop of non-reentrant checkpointing's recomputation): then the
         module's stack entry is only popped, and nothing is recorded as its output."""
+        if _is_compiling():
+            return None
         rec = self.recorder
-        if not rec.module_stack or _is_compiling():
+        if not rec.module_stack:
             return None
         with rec.working():
             try:
@@ -77,6 +90,7 @@ class ModuleHooks:
                     rec.add_rows(c, "forward", "input", kwargs, is_kwarg=True)
                 rec.add_rows(c, "forward", "output", output if isinstance(output, (tuple, list, dict)) else [output],
                              set_producer=True)
+                module = uncompiled(module)
                 if c.dump:
                     params = {k: v for k, v in module._parameters.items() if v is not None}
                     if params:

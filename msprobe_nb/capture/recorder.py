@@ -39,6 +39,8 @@ except ImportError:  # built without a compiler: add_rows' own loop gives the sa
     _build_rows = None
 
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward (a recompute)
+#: the attribute torch.compile's OptimizedModule keeps its module under, as a segment of a module path
+_ORIG_MOD = "_orig_mod"
 # Order of the fields of one buffered row; ``_call`` is the row's call in ``Recorder.calls`` (the call's
 # own fields are stored once per call), stats and hashes are looked up by index at flush time.
 ROW_FIELDS = (
@@ -387,6 +389,8 @@ class Recorder:
         for i, m in enumerate(models):
             prefix = f"{i}." if len(models) > 1 else ""
             for name, sub in m.named_modules():
+                if _ORIG_MOD in name:  # a torch.compile wrapper and what it wraps share one path
+                    name = ".".join(part for part in name.split(".") if part != _ORIG_MOD)
                 self.module_paths[sub] = f"{prefix}{name}" if name else (prefix[:-1] if prefix else "")
 
     # ------------------------------------------------------------------ flush
