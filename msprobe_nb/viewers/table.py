@@ -16,6 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+# the colours and the orders are theirs; re-exported here, where the viewers' colours were first defined
+from .ordering import ASCENDING_FIRST, descending_first, reason_rank, reasons_by_severity  # noqa: F401
+from .palette import DIVERGENCE_CSS, FLAG_CSS, RESULT_COLOURS, VERDICT_COLOURS, result_css  # noqa: F401
+
 __all__ = [
     "CRITERIA", "DIRECTIONS", "IOS", "VERDICTS", "TableIndex", "cell_flags", "cell_styles", "check_pattern",
     "derive_direction", "derive_family", "derive_module_path", "descending_first", "filter_mask", "filter_rows",
@@ -36,51 +40,6 @@ _ALL = ("", "all", "All", "*")
 
 _DIR_RE = re.compile(r"\.(forward|backward|parameters_grad)(?:\.|$)")
 
-#: the viewers' one set of colours (grid, detail pane, static HTML): a row's background by its verdict...
-VERDICT_COLOURS = {"error": "#f8d7da", "warning": "#fff3cd", "pass": "#eef7ee", "unmatched": "#e3e8f3",
-                   "nan": "#fde2c8"}
-#: ...its ``result`` cell, stronger (background, text colour)
-RESULT_COLOURS = {"error": ("#e57373", "#fff"), "warning": ("#ffd54f", ""), "unmatched": ("#9fa8da", "")}
-FLAG_CSS = "background-color:#f1948a;font-weight:bold"
-
-
-def result_css(verdict: str) -> str:
-    """The CSS of a ``result`` cell with ``verdict`` (the grid's ``td.res``): amber warning, red error."""
-    bg, fg = RESULT_COLOURS.get(verdict, ("", ""))
-    return (f"background-color:{bg};" + (f"color:{fg};" if fg else "") + "font-weight:bold") if bg else ""
-
-
-#: reasons begin with their level; the one that set the verdict comes first
-_REASON_RANK = {"error": 0, "warning": 1, "unmatched": 2, "note": 3}
-
-
-def reason_rank(reason: Any) -> int:
-    """0 for an error reason, 1 warning, 3 a note: from ``"level: text"`` or ``"row: level: text"``."""
-    parts = str(reason).split(":", 2)
-    for p in parts[:2]:
-        if p.strip() in _REASON_RANK:
-            return _REASON_RANK[p.strip()]
-    return 3
-
-
-def reasons_by_severity(reasons: Any) -> Any:
-    """``reasons`` (a list of ``"level: text"``) ordered error, warning, then notes, stably: the first one shown
-    (and the one a narrow cell keeps) is the one that set the row's verdict. Other values come back as they are."""
-    if not isinstance(reasons, (list, tuple, np.ndarray)) or len(reasons) < 2:
-        return reasons
-    return sorted(reasons, key=reason_rank)
-
-
-#: numeric columns that keep ascending as their first sort (an order or an id, or a metric whose low end is bad)
-ASCENDING_FIRST = frozenset(("call_index", "step", "rank", "bench_step", "bench_rank", "bench_call_index",
-                             "cosine", "npu_stack_id", "pair"))
-
-
-def descending_first(column: str, numeric: bool) -> bool:
-    """Whether a header click on ``column`` sorts it descending first: metric columns (largest error first,
-    not every zero), not names, ids or the order."""
-    return numeric and column not in ASCENDING_FIRST
-DIVERGENCE_CSS = "outline:2px solid #c0392b"
 
 
 # ------------------------------------------------------------------------------------------ derived columns
