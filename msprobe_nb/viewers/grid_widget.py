@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["GRID_CSS", "available", "data_grid", "html_pane", "live_text", "tree_view"]
 
-from .table import RESULT_COLOURS, VERDICT_COLOURS, result_css
+from .palette import RESULT_COLOURS, VERDICT_COLOURS, result_css
 
 _classes: dict[str, Any] | None = None
 
