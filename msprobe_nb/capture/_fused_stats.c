@@ -28,7 +28,7 @@ static PyObject *result(const double out[4], int any_nan, Py_ssize_t n)
 {
     if (any_nan)
         return Py_BuildValue("(dddd)", (double)NAN, (double)NAN, (double)NAN, (double)NAN);
-    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
+    double norm = f32_norm(out[3], n, out[0]);
     return Py_BuildValue("(dddd)", out[0], out[1], (double)(float)out[2], (double)(float)norm);
 }
 
@@ -116,7 +116,7 @@ static PyObject *norms_into(PyObject *self, PyObject *args)
         }
         const float *x = (const float *)address;
         double q = sumsq_pass(x, n);
-        double norm = n == 1 ? fabs((double)x[0]) : q > FLT_MAX ? (double)INFINITY : sqrt(q);
+        double norm = f32_norm(q, n, (double)x[0]);
         dst[k] = q != q ? NAN : (float)norm;
     }
     PyBuffer_Release(&out);
@@ -217,4 +217,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",
                                     "One-pass max, min, sum and norm of float32 and integer tensors' memory; many tensors' norms in one call.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__fused_stats(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fused_stats(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", MSPROBE_NB_STATS_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

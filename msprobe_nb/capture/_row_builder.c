@@ -30,9 +30,24 @@ static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
    C_SCALAR_TEXT is leaves.SCALAR_TEXT, describe_value's cache of plain scalars; C_HOST_COPY is
    Summarizer.host_copies_in_c(): (numpy.empty, numpy's float32, the largest copy in bytes) where the tensor
    task's summarizer would copy a small float32 tensor into a numpy array, else None. */
-enum { C_RECORDER, C_SUMMARIZER, C_SUMMARIZE, C_KERNEL, C_DTYPE_CODES, C_DTYPE_CODE, C_DEVICE_CODE, C_DESCRIBE,
-       C_ROW_OF, C_NAN, C_DEVICE_CPU, C_TENSOR_TYPES, C_TENSOR, C_FLOAT32, C_STRIDED, C_LEAVES, C_WALK, C_POS,
-       C_SIZE_TYPE, C_SCALAR_TEXT, C_HOST_COPY, C_SIZE };
+/* The context's fields, in order, written once: the enum below and the CONTEXT_FIELDS tuple the module exports
+   (the Python side builds ctx by these names and checks them at import: capture/c_contract.py). */
+#define CONTEXT(X) X(C_RECORDER, "recorder") X(C_SUMMARIZER, "summarizer") X(C_SUMMARIZE, "summarize") \
+    X(C_KERNEL, "kernel") X(C_DTYPE_CODES, "dtype_codes") X(C_DTYPE_CODE, "dtype_code") \
+    X(C_DEVICE_CODE, "device_code") X(C_DESCRIBE, "describe") X(C_ROW_OF, "row_of") X(C_NAN, "nan") \
+    X(C_DEVICE_CPU, "device_cpu") X(C_TENSOR_TYPES, "tensor_types") X(C_TENSOR, "tensor") \
+    X(C_FLOAT32, "float32") X(C_STRIDED, "strided") X(C_LEAVES, "leaves") X(C_WALK, "walk") X(C_POS, "positions") \
+    X(C_SIZE_TYPE, "size_type") X(C_SCALAR_TEXT, "scalar_text") X(C_HOST_COPY, "host_copy")
+#define AS_ENUM(id, name) id,
+#define AS_NAME(id, name) name,
+enum { CONTEXT(AS_ENUM) C_SIZE };
+static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
+
+/* A row's arity, a seen entry's (Recorder._seen: [weakref, version, summary index, tensor_id, producer]), and the
+   kind codes of a row's sixth field (the recorder's KIND_CODES) */
+#define ROW_ARITY 16
+#define SEEN_ARITY 5
+enum { KIND_TENSOR, KIND_NONE, KIND_VALUE };
 
 static PyObject *weak_target(PyObject *ref)
 {
@@ -152,7 +167,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
         }
     }
     /* the kernel's (max, min, sum, norm) as _fused_stats.result gives them, then stats.py's mean = sum / n */
-    double norm = n == 1 ? fabs(out[0]) : out[3] > FLT_MAX ? (double)INFINITY : sqrt(out[3]);
+    double norm = f32_norm(out[3], n, out[0]);
     double sum = (double)(float)out[2];
     PyObject *row = Py_BuildValue("(ddddddd)", out[0], out[1], sum / (double)n, (double)(float)norm, 0.0, 0.0, 0.0);
     PyObject *values = row == NULL ? NULL : PyObject_GetAttr(summ, s_values);
@@ -227,7 +242,7 @@ static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen,
                 goto done;
             PyErr_Clear();
         } else {
-            PyObject *entry = PyList_New(5);
+            PyObject *entry = PyList_New(SEEN_ARITY);
             if (entry == NULL) {
                 Py_DECREF(ref);
                 goto done;
@@ -356,7 +371,7 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
     grad = PyObject_GetAttr(leaf, s_requires_grad);
     if (grad == NULL)
         goto done;
-    row = PyTuple_Pack(16, k, name, io, path, is_kwarg, k_tensor, code, shape, numel, device, grad,
+    row = PyTuple_Pack(ROW_ARITY, k, name, io, path, is_kwarg, k_tensor, code, shape, numel, device, grad,
                        PyTuple_GET_ITEM(ident, 0), s_empty, s_empty, PyTuple_GET_ITEM(ident, 1),
                        PyTuple_GET_ITEM(ident, 2));
 done:
@@ -383,7 +398,7 @@ static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *
 {
     PyObject *nan = PyTuple_GET_ITEM(ctx, C_NAN);
     if (leaf == Py_None)
-        return PyTuple_Pack(16, k, name, io, path, is_kwarg, k_none, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
+        return PyTuple_Pack(ROW_ARITY, k, name, io, path, is_kwarg, k_none, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
                             s_empty, s_empty, nan, s_empty);
     PyObject *d = NULL, *kind = (PyObject *)Py_TYPE(leaf);
     if (is_scalar(leaf)) {  /* describe_value's own cache first: (type, value) -> (type name, text) */
@@ -402,7 +417,7 @@ static PyObject *value_row(PyObject *k, PyObject *name, PyObject *io, PyObject *
         return NULL;
     PyObject *row = NULL;
     if (PyTuple_CheckExact(d) && PyTuple_GET_SIZE(d) == 2)
-        row = PyTuple_Pack(16, k, name, io, path, is_kwarg, k_value, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
+        row = PyTuple_Pack(ROW_ARITY, k, name, io, path, is_kwarg, k_value, k_zero, Py_None, nan, k_zero, nan, k_minus_one,
                            PyTuple_GET_ITEM(d, 0), PyTuple_GET_ITEM(d, 1), nan, s_empty);
     else
         PyErr_SetString(PyExc_TypeError, "describe() must return (type name, text)");
@@ -626,14 +641,39 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_next_id = PyUnicode_InternFromString("_next_tensor_id");
     s_tensors = PyUnicode_InternFromString("tensors");
     k_one = PyLong_FromLong(1);
-    k_tensor = PyLong_FromLong(0);
-    k_none = PyLong_FromLong(1);
-    k_value = PyLong_FromLong(2);
+    k_tensor = PyLong_FromLong(KIND_TENSOR);
+    k_none = PyLong_FromLong(KIND_NONE);
+    k_value = PyLong_FromLong(KIND_VALUE);
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
     if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_dot || !s_empty
         || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous
         || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    /* the layout this build expects, read and checked once by the Python side */
+    PyObject *fields = PyTuple_New(C_SIZE);
+    PyObject *kinds = Py_BuildValue("{sisisi}", "tensor", KIND_TENSOR, "none", KIND_NONE, "value", KIND_VALUE);
+    for (Py_ssize_t i = 0; fields != NULL && i < C_SIZE; i++) {
+        PyObject *name = PyUnicode_FromString(CONTEXT_NAMES[i]);
+        if (name == NULL) {
+            Py_CLEAR(fields);
+            break;
+        }
+        PyTuple_SET_ITEM(fields, i, name);
+    }
+    if (fields == NULL || kinds == NULL || PyModule_AddIntConstant(m, "ABI", MSPROBE_NB_STATS_ABI) < 0
+        || PyModule_AddIntConstant(m, "ROW_ARITY", ROW_ARITY) < 0 || PyModule_AddIntConstant(m, "SEEN_ARITY", SEEN_ARITY) < 0
+        || PyModule_AddObjectRef(m, "CONTEXT_FIELDS", fields) < 0
+        || PyModule_AddObjectRef(m, "KIND_CODES", kinds) < 0) {
+        Py_XDECREF(fields);
+        Py_XDECREF(kinds);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(fields);
+    Py_DECREF(kinds);
+    return m;
 }

@@ -61,4 +61,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stack_keys",
                                     "Stack keys of frames for Recorder.stack_id.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__stack_keys(void) { return PyModule_Create(&module); }
+/* Raise with capture/c_contract.py's STACK_KEYS_ABI whenever stack_key's arguments or its bytes change. */
+#define STACK_KEYS_ABI 1
+
+PyMODINIT_FUNC PyInit__stack_keys(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", STACK_KEYS_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -6,6 +6,7 @@
 #define MSPROBE_NB_STATS_PASS_H
 
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -21,6 +22,18 @@ typedef int v8i __attribute__((vector_size(32)));
 #else
 #define MULTIVERSION
 #endif
+
+/* The ABI of the statistics extensions (_fused_stats, _row_builder), exported as their ABI attribute: raise it
+   whenever a function's arguments, a result's layout or the context's fields change, with the number the
+   Python side expects (capture/c_contract.py), so that a stale build is refused instead of misread. */
+#define MSPROBE_NB_STATS_ABI 1
+
+/* torch's float32 norm from a sum of squares: |x| for one element (first), inf once the float32 sum of squares
+   overflows, else its square root. The one definition of the rule, for every extension that computes norms. */
+static inline double f32_norm(double sum_sq, Py_ssize_t n, double first)
+{
+    return n == 1 ? fabs(first) : sum_sq > FLT_MAX ? (double)INFINITY : sqrt(sum_sq);
+}
 
 #define BLOCK 32   /* floats per inner iteration: four vectors, four independent chains */
 #define FOLD 512   /* floats per float-lane partial sum before it is added to the double totals */

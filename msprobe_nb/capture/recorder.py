@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.calls import SAME_ELEMENTS, Call  # noqa: F401 - the modes import them from here
 from msprobe_nb.capture.collectives import Collectives
 from msprobe_nb.capture.custom_functions import CustomFunctions
@@ -33,11 +34,6 @@ from msprobe_nb.capture.stats import (  # NAN: numel, requires_grad, tensor_id o
 )
 from msprobe_nb.store.schema import Coded
 
-try:  # optional C extension (setup.py): the rows of plain tensors, None and values without a Python loop
-    from msprobe_nb.capture._row_builder import build_rows as _build_rows
-except ImportError:  # built without a compiler: add_rows' own loop gives the same rows
-    _build_rows = None
-
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward (a recompute)
 #: the attribute torch.compile's OptimizedModule keeps its module under, as a segment of a module path
 _ORIG_MOD = "_orig_mod"
@@ -48,6 +44,11 @@ ROW_FIELDS = (
     "_stat", "value_type", "value", "tensor_id", "producer",
 )
 _F = {f: i for i, f in enumerate(ROW_FIELDS)}
+
+# optional C extension (setup.py): the rows of plain tensors, None and values without a Python loop; None where it
+# is not built or was built for another layout (capture/c_contract.py): add_rows' own loop gives the same rows
+_row_builder = c_contract.row_builder(len(ROW_FIELDS))
+_build_rows = _row_builder.build_rows if _row_builder is not None else None
 
 #: columns that are fields of the call, not of the row: (column, Call attribute)
 CALL_FIELDS = (("call_index", "index"), ("call", "call"), ("family", "family"), ("op", "op"),
@@ -87,12 +88,15 @@ class Recorder:
         self._dtypes = _Vocab(("",))  # code 0: no dtype (values, None); torch dtypes added as they are met
         self._devices = _Vocab(("", "cpu"))
         self.build_rows = _build_rows  # None: the Python loop (also what tests compare the C rows with)
-        # what build_rows calls back and the constants of its rows (its C side documents the order)
+        # what build_rows calls back and the constants of its rows, by name, in the order the C side was built with
         summ = self.summarizer
-        self._row_ctx = (self, summ, summ.summarize, summ.uses_kernel(), self._dtypes.codes, self._dtypes.code,
-                         self._device_code, describe_value, self._row_of, NAN, DEVICE_CPU, PLAIN_TENSORS, torch.Tensor,
-                         torch.float32, torch.strided, leaves, walk, POSITIONS, torch.Size, SCALAR_TEXT,
-                         summ.host_copies_in_c())
+        self._row_ctx = c_contract.context(_row_builder, {
+            "recorder": self, "summarizer": summ, "summarize": summ.summarize, "kernel": summ.uses_kernel(),
+            "dtype_codes": self._dtypes.codes, "dtype_code": self._dtypes.code, "device_code": self._device_code,
+            "describe": describe_value, "row_of": self._row_of, "nan": NAN, "device_cpu": DEVICE_CPU,
+            "tensor_types": PLAIN_TENSORS, "tensor": torch.Tensor, "float32": torch.float32,
+            "strided": torch.strided, "leaves": leaves, "walk": walk, "positions": POSITIONS,
+            "size_type": torch.Size, "scalar_text": SCALAR_TEXT, "host_copy": summ.host_copies_in_c()})
         self.reset_step()
 
     def working(self) -> _Working:
@@ -508,6 +512,6 @@ class _Vocab:
         return i
 
 
-KIND_TENSOR, KIND_NONE, KIND_VALUE = 0, 1, 2
+KIND_TENSOR, KIND_NONE, KIND_VALUE = (c_contract.KIND_CODES[k] for k in ("tensor", "none", "value"))
 _KINDS = _Vocab(("tensor", "none", "value"))
 DEVICE_CPU = 1  # code of "cpu" in Recorder._devices (code 0: no device)

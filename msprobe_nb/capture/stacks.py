@@ -15,6 +15,8 @@ import tokenize
 from array import array
 from typing import Any
 
+from msprobe_nb.capture import c_contract
+
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the kit's recording machinery: its frames are left out of user stacks (the demo's are kept)
 _KIT_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.join(_PKG_DIR, "debugger.py"),
@@ -25,10 +27,9 @@ _U64 = (1 << 64) - 1
 #: generator and coroutine frames: suspended and resumed under other callers, so their ancestors change
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
-try:  # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, faster
-    from msprobe_nb.capture._stack_keys import stack_key as _stack_key
-except ImportError:
-    _stack_key = None
+# optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, faster; None where not built or stale
+_stack_keys = c_contract.stack_keys()
+_stack_key = _stack_keys.stack_key if _stack_keys is not None else None
 
 
 def _walk_key(frame) -> bytes:

@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.dtensors import is_wrapper, local_shard
 from msprobe_nb.capture.host_arrays import numpy_copy, numpy_view
 
-try:  # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch
-    from msprobe_nb.capture import _fused_stats as _kernel
-except ImportError:  # built without a compiler: torch's reductions give the same statistics
-    _kernel = None
-_fused_at = getattr(_kernel, "stats_at", None)
-_norms_into = getattr(_kernel, "norms_into", None)  # None in a build older than the kernel's norms_into
-_int_at = getattr(_kernel, "int_stats_at", None)  # None in a build older than the kernel's integer pass
+# optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch; None where it is not
+# built (torch's reductions give the same statistics) or built for another ABI (capture/c_contract.py)
+_kernel = c_contract.fused_stats()
+_fused_at = _kernel.stats_at if _kernel is not None else None
+_norms_into = _kernel.norms_into if _kernel is not None else None
+_int_at = _kernel.int_stats_at if _kernel is not None else None
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter

@@ -1,0 +1,14 @@
+"""Types of the optional C extension ``_fused_stats`` (capture/_fused_stats.c)."""
+from typing import Any
+
+ABI: int
+
+def stats_at(address: int, n: int) -> tuple[float, float, float, float]:
+    """(max, min, sum, norm) of the ``n`` float32 values at ``address`` (a tensor's ``data_ptr()``)."""
+
+def int_stats_at(address: int, n: int, code: int) -> tuple[float, float, float, float]:
+    """(max, min, sum, sum of squares) of ``n`` integers of kind ``code`` at ``address``; for bool (code 5) the
+    first value is the count of true elements."""
+
+def norms_into(addresses: Any, counts: Any, out: Any) -> None:
+    """Writes into ``out`` (float32) the norm of each run of ``counts[k]`` float32 values at ``addresses[k]``."""

@@ -1,0 +1,90 @@
+"""The optional C extensions' contracts with the Python side, declared once and checked once, at import.
+
+Each extension exports the layout it was built with: an ``ABI`` number, and for the row builder its context's
+field names (``CONTEXT_FIELDS``, the C enum's order), a row's and a seen entry's arity and the kind codes. The
+Python side builds the context by those names and takes an extension only when its layout is the one this
+Python expects; on any mismatch (a stale build next to newer Python files) it warns once and falls back to
+the Python path, which gives the same rows and statistics (tests/test_row_builder.py holds them equal).
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from types import ModuleType
+from typing import Any
+
+#: ABI of _fused_stats and _row_builder (MSPROBE_NB_STATS_ABI in _stats_pass.h)
+STATS_ABI = 1
+#: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
+STACK_KEYS_ABI = 1
+#: what the row builder's context holds, by name (Recorder builds it from these)
+CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
+                  "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",
+                  "walk", "positions", "size_type", "scalar_text", "host_copy")
+#: a row's ``kind`` codes, on both sides
+KIND_CODES = {"tensor": 0, "none": 1, "value": 2}
+#: the fields of a seen entry (``Recorder._seen[id(tensor)]``), which both sides build and read
+SEEN_FIELDS = ("ref", "version", "summary", "tensor_id", "producer")
+
+
+def _load(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"msprobe_nb.capture.{name}")
+    except ImportError:  # not built (no compiler): the Python path, silently, as documented
+        return None
+
+
+def _refuse(name: str, problems: list[str]) -> None:
+    warnings.warn(f"msprobe_nb: the C extension {name} does not match this version's Python side "
+                  f"({'; '.join(problems)}); recording uses the Python path (same results, slower). "
+                  "Reinstall the package to rebuild it.", RuntimeWarning, stacklevel=3)
+
+
+def row_builder_problems(mod: Any, row_arity: int) -> list[str]:
+    """What in the row builder ``mod``'s exported layout differs from this Python's (empty: it matches)."""
+    problems = []
+    if getattr(mod, "ABI", None) != STATS_ABI:
+        problems.append(f"ABI {getattr(mod, 'ABI', None)}, expected {STATS_ABI}")
+    if set(getattr(mod, "CONTEXT_FIELDS", ())) != set(CONTEXT_FIELDS):
+        problems.append("context fields differ")
+    if getattr(mod, "ROW_ARITY", None) != row_arity:
+        problems.append(f"rows of {getattr(mod, 'ROW_ARITY', None)} fields, expected {row_arity}")
+    if getattr(mod, "SEEN_ARITY", None) != len(SEEN_FIELDS):
+        problems.append("seen entries differ")
+    if dict(getattr(mod, "KIND_CODES", {})) != KIND_CODES:
+        problems.append("kind codes differ")
+    return problems
+
+
+def fused_stats() -> ModuleType | None:
+    """``_fused_stats`` where it is built with this ABI, else None."""
+    mod = _load("_fused_stats")
+    if mod is not None and getattr(mod, "ABI", None) != STATS_ABI:
+        _refuse("_fused_stats", [f"ABI {getattr(mod, 'ABI', None)}, expected {STATS_ABI}"])
+        return None
+    return mod
+
+
+def row_builder(row_arity: int) -> ModuleType | None:
+    """``_row_builder`` where it is built with this layout (rows of ``row_arity`` fields), else None."""
+    mod = _load("_row_builder")
+    if mod is not None and (problems := row_builder_problems(mod, row_arity)):
+        _refuse("_row_builder", problems)
+        return None
+    return mod
+
+
+def stack_keys() -> ModuleType | None:
+    """``_stack_keys`` where it is built with this ABI, else None."""
+    mod = _load("_stack_keys")
+    if mod is not None and getattr(mod, "ABI", None) != STACK_KEYS_ABI:
+        _refuse("_stack_keys", [f"ABI {getattr(mod, 'ABI', None)}, expected {STACK_KEYS_ABI}"])
+        return None
+    return mod
+
+
+def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:
+    """The row builder's context: ``values`` (one per :data:`CONTEXT_FIELDS` name) in the order ``mod``
+    was built with (this module's order without an extension)."""
+    order = getattr(mod, "CONTEXT_FIELDS", CONTEXT_FIELDS) if mod is not None else CONTEXT_FIELDS
+    return tuple(values[name] for name in order)
