@@ -19,17 +19,17 @@ import noise_harness as H  # noqa: E402
 _CACHE: dict = {}
 
 
-def dumps(tmp_path_factory, name, level, plant=None, plant_backward=None, fp32_bench=False):
+def dumps(tmp_path_factory, name, level, plant=None, plant_backward=None, fp32_bench=False, task="statistics"):
     """(npu, bench) dumps, each recorded once per session."""
     base = tmp_path_factory.getbasetemp()
-    bkey = (name, level, fp32_bench)
+    bkey = (name, level, fp32_bench, task)
     if bkey not in _CACHE:
-        _CACHE[bkey] = H.record(base / f"bench_{name}_{level}_{int(fp32_bench)}", name, level=level,
-                                autocast=not fp32_bench)
-    nkey = (name, level, plant, plant_backward)
+        _CACHE[bkey] = H.record(base / f"bench_{name}_{level}_{int(fp32_bench)}_{task}", name, level=level,
+                                task=task, autocast=not fp32_bench)
+    nkey = (name, level, plant, plant_backward, task)
     if nkey not in _CACHE:
         tag = f"{plant}_{plant_backward}".replace(" ", "").replace("'", "").replace(",", "-")
-        _CACHE[nkey] = H.record(base / f"npu_{name}_{level}_{tag}", name, level=level,
+        _CACHE[nkey] = H.record(base / f"npu_{name}_{level}_{tag}_{task}", name, level=level, task=task,
                                 noise=H.DeviceNoise(plant=plant, plant_backward=plant_backward))
     return _CACHE[nkey], _CACHE[bkey]
 
@@ -48,6 +48,7 @@ def test_a_clean_noisy_pair_is_within_precision(tmp_path_factory, name, level):
     assert (r["result"] != "error").all(), r[r["result"] == "error"][["name", "reasons"]]
     assert not (r["verdict"] == ANOMALOUS).any()
     assert r.precision_summary().startswith("every call within bf16 precision; largest output error")
+    assert "precision model: every call within bf16 precision" in r.summary()
     assert (r["msprobe_result"] != "pass").any()  # msprobe's own grades are kept beside
 
 
@@ -97,6 +98,19 @@ def test_an_fp32_bench_against_a_bf16_run(tmp_path_factory, plant, plant_backwar
         assert (r["npu_dtype"] != r["bench_dtype"]).any()
 
 
+@pytest.mark.parametrize("plant,plant_backward,want", [
+    (None, None, None), (("layer_norm", 2), None, "Functional.layer_norm.2.forward"),
+    (None, ("gelu", 0), "Functional.gelu.0.backward")])
+def test_the_tensor_task_too(tmp_path_factory, plant, plant_backward, want):
+    """Tensor dumps of bf16 runs compare (whole tensors) and the verdicts hold the same."""
+    r = run(*dumps(tmp_path_factory, "gpt2", "L1", plant, plant_backward, task="tensor"))
+    assert r.mode == "tensor" and r["rel_l2_err"].notna().any()
+    d = r.first_divergence()
+    assert (d.call if d else None) == want, d
+    if want is None:
+        assert (r["result"] != "error").all()
+
+
 def test_precision_options_are_checked(tmp_path_factory):
     npu, bench = dumps(tmp_path_factory, "cnn", "L1")
     assert Precision.of({"tolerance": 8}).tolerance == 8
@@ -106,3 +120,13 @@ def test_precision_options_are_checked(tmp_path_factory):
         run(npu, bench, precision={"tol": 3})
     # a tolerance far under 1 calls the noise itself anomalous
     assert run(npu, bench, precision={"tolerance": 0.05}).first_divergence() is not None
+
+
+def test_the_viewer_opens_on_the_within_precision_summary(tmp_path_factory):
+    pytest.importorskip("ipywidgets")
+    from msprobe_nb.viewers.compare_viewer import CompareViewer
+    r = run(*dumps(tmp_path_factory, "cnn", "L1"))
+    assert "every call within bf16 precision" in CompareViewer(r).answer_html()
+    r = run(*dumps(tmp_path_factory, "cnn", "L1", ("relu", 1)))
+    html = CompareViewer(r).answer_html()
+    assert "Functional.relu.1.forward" in html and "anomalous: own error" in html

@@ -33,7 +33,8 @@ def file_contradiction(x: Any, shape: Any, vmax: float, vmin: float) -> str | No
     held = tuple(getattr(x, "shape", np.shape(x)))
     if shape is not None and held != tuple(shape):
         return f"the tensor file holds shape {list(held)}, the dump records {list(shape)}"
-    if getattr(x, "is_complex", lambda: False)() or np.iscomplexobj(x):
+    is_complex = getattr(x, "is_complex", None)  # a torch tensor: numpy cannot take a bf16 one
+    if is_complex() if callable(is_complex) else np.iscomplexobj(x):
         return None  # complex tensors have no max or min
     a = _to_numpy(x)
     if a.size == 0 or not np.issubdtype(a.dtype, np.number):

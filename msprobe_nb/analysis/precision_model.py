@@ -59,6 +59,8 @@ OP_CLASS = {op: c for c, ops in _CLASSES.items() for op in ops}
 OWN_ROUNDINGS = {"movement": 0.0, "cast": 1.0, "additive": 1.0, "multiplicative": 1.0, "matmul": 1.0,
                  "activation": 2.0, "exponential": 2.0, "root": 2.0, "softmax": 3.0, "normalisation": 3.0,
                  "reduction": 2.0, "other": 2.0}
+#: the error a part of a tensor may show beyond its whole's statistics, in roundings of the working precision
+MOVEMENT_SAMPLING = 4.0
 _DESCRIBE = {"movement": "a data movement", "cast": "a cast", "additive": "an addition", "matmul": "a matmul",
              "multiplicative": "a product", "activation": "an activation", "exponential": "an exponential",
              "root": "a square root", "softmax": "a softmax", "normalisation": "a normalisation",
@@ -225,7 +227,7 @@ def _propagate(e: np.ndarray, s: np.ndarray, codes: np.ndarray, nc: int, cl: np.
     return np.where(s == 0, 0.0, prop)
 
 
-def assess(t: Any, tolerance: float = 2.5, floor: str = "auto") -> dict[str, np.ndarray]:
+def assess(t: Any, tolerance: float = 3.0, floor: str = "auto") -> dict[str, np.ndarray]:
     """Per row of a compare table (dict of arrays or DataFrame): ``op_class``, ``precision`` (the coarser
     side's working precision, short name), ``inherited_err`` (what the inputs' error propagates to),
     ``own_err`` (output error beyond it), ``bound`` (inherited + the call's own rounding allowance),
@@ -255,6 +257,11 @@ def assess(t: Any, tolerance: float = 2.5, floor: str = "auto") -> dict[str, np.
         in_numel = _by(codes, nc, numel, is_in, "max")
         red = np.fmax(1.0, in_numel[codes] / numel)  # elements reduced into one output element
         k_len = _by(codes, nc, _last_dim(t["npu_shape"]), x0, "max")
+        # gradients of a weight (matmul) or of a lookup table (embedding) sum over the rows of the batch
+        rows_g = np.nan_to_num(in_numel[codes] / k_len[codes], nan=1.0)
+        sums = cbwd[codes] & (((cl == "matmul") & (arg != "0")) | np.isin(op, ("embedding", "index_select",
+                                                                                  "gather", "index")))
+        red = np.where(sums, np.fmax(red, rows_g), red)
         fk = np.where(fwd >= 0, k_len[np.where(fwd >= 0, fwd, 0)], np.nan)
         klen = np.where(cbwd[codes], np.fmax(fk[codes], red), np.where(cl == "reduction", red, k_len[codes]))
         k_own = pd.Series(cl).map(OWN_ROUNDINGS).to_numpy(dtype=float, na_value=np.nan)
@@ -268,18 +275,28 @@ def assess(t: Any, tolerance: float = 2.5, floor: str = "auto") -> dict[str, np.
         args = (codes, nc, ccls, cbwd, fwd, is_in, is_out, x0, op, red, sigma, bm, arg)
         # an input carries at least the error its producer may make, whatever its statistics show: the
         # producer's own allowance, then (a second pass) the producer's whole bound
-        floor_in = floor_own = _producer_bound(t, codes, nc, own_allow, is_out, pair)
+        producers = _Producers(t, codes, nc, pair, ccls, is_in)
+        floor_in = floor_own = producers.floor(own_allow, is_out)
         for _ in range(2):
             e_in = np.where(is_in, np.fmax(np.nan_to_num(e), floor_in), e)
             prop = _propagate(e_in, s, *args)
             bound = prop + own_allow
-            floor_in = _producer_bound(t, codes, nc, bound, is_out, pair)
+            floor_in = producers.floor(bound, is_out)
+        # data movement computes nothing: a part of a tensor may show the error of any of its elements, which
+        # its statistics only sample; it is allowed what reached the tensor along the chain of pass-through
+        # calls behind it, and at least a few roundings of the working precision
+        mv = np.isin(cl, ("movement", "cast")) & is_out
+        if mv.any():
+            chained = _by(codes, nc, producers.floor(bound, is_out, chain=True) * s, is_in, "max")[codes] / s
+            bound = np.where(mv, np.fmax(bound, np.fmax(chained, MOVEMENT_SAMPLING * (u_n + u_b))), bound)
         # the norm channel: a systematic change (a scaled output, a wrong eps) moves the norm, noise hardly
         # does: n elements with independent errors of at most b move the norm by about b * scale / norm
-        # (the elementwise error level taken as what this output's extremes show, at least its own rounding)
         en_in = np.where(is_in, np.fmax(np.nan_to_num(en), np.sqrt(3.0) * floor_own * s / norm), en)
         prop_n = _propagate(en_in, rms, *args)
-        bound_n = prop_n + np.sqrt(3.0) * np.fmax(np.nan_to_num(e), own_allow) * s / norm
+        # (the elementwise error level: what the inputs' observed errors propagate to, plus its own rounding)
+        level = _propagate(np.where(is_in, np.nan_to_num(e), e), s, *args) + own_allow
+        level = np.where(mv, bound, level)  # a part of a tensor: the sampling allowance of the max channel
+        bound_n = prop_n + np.sqrt(3.0) * level * s / norm
         judged = is_out & (cl != "composite") & ~np.isnan(e) & ~np.isnan(bound)
         r1 = np.where(bound > 0, e / bound, np.where(e > 0, np.inf, 0.0))
         r2 = np.where(bound_n > 0, en / bound_n, np.where(en > 0, np.inf, 0.0))
@@ -300,32 +317,50 @@ def assess(t: Any, tolerance: float = 2.5, floor: str = "auto") -> dict[str, np.
             "reduction_len": np.where(judged, klen, np.nan)}
 
 
-def _producer_bound(t: Any, codes: np.ndarray, nc: int, own_allow: np.ndarray, is_out: np.ndarray,
-                        pair: np.ndarray) -> np.ndarray:
-    """Per input row, the largest of ``own_allow`` over the outputs of the call that produced it (0: unknown)."""
-    if "producer" not in t:
-        return np.zeros(len(codes))
-    prod = np.asarray(t["producer"], dtype=object)
-    calls = np.asarray(t["call"], dtype=object)
-    per_call = _by(codes, nc, own_allow, is_out, "max")
-    if "parent" in t:  # a module's output carries what the calls inside it may make
-        parent = np.asarray(t["parent"], dtype=object)
-        first = np.full(nc, len(codes), dtype=np.int64)
-        np.minimum.at(first, codes, np.arange(len(codes)))
-        pk = pd.Series(np.arange(nc), index=pd.MultiIndex.from_arrays([pair[first], calls[first]]))
-        pk = pk[~pk.index.duplicated()]
-        pc = pk.reindex(pd.MultiIndex.from_arrays([pair[first], parent[first]])).to_numpy(dtype=float)
-        has_p = ~np.isnan(pc)
+class _Producers:
+    """Who made each input: the producer's call code per row (-1: unknown), modules' parents, and the calls
+    that pass their inputs through unchanged in precision (data movement, casts, modules), along which an
+    input's floor is carried (a view of a view of a matmul's output carries the matmul's error)."""
+
+    def __init__(self, t: Any, codes: np.ndarray, nc: int, pair: np.ndarray, ccls: np.ndarray, is_in: np.ndarray):
+        n = len(codes)
+        self.codes, self.nc, self.is_in = codes, nc, is_in
+        calls = np.asarray(t["call"], dtype=object)
+        first = np.full(nc, n, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(n))
+        key = pd.Series(np.arange(nc), index=pd.MultiIndex.from_arrays([pair[first], calls[first]]))
+        key = key[~key.index.duplicated()]
+        self.prod = np.full(n, -1, dtype=np.int64)
+        if "producer" in t:
+            prod = np.asarray(t["producer"], dtype=object)
+            has = is_in & (prod != "")
+            if has.any():
+                got = key.reindex(pd.MultiIndex.from_arrays([pair[has], prod[has]])).to_numpy(dtype=float)
+                self.prod[np.flatnonzero(has)] = np.where(np.isnan(got), -1, got).astype(np.int64)
+        self.parent = np.full(nc, -1, dtype=np.int64)
+        if "parent" in t:
+            parent = np.asarray(t["parent"], dtype=object)[first]
+            got = key.reindex(pd.MultiIndex.from_arrays([pair[first], parent])).to_numpy(dtype=float)
+            self.parent = np.where(np.isnan(got), -1, got).astype(np.int64)
+        self.through = np.isin(ccls, ("movement", "cast", "composite"))
+        e = (self.prod >= 0) & self.through[codes] if nc else np.zeros(n, dtype=bool)
+        self.edge_to, self.edge_from = codes[e], self.prod[e]
+
+    def floor(self, per_row: np.ndarray, is_out: np.ndarray, chain: bool = False) -> np.ndarray:
+        """Per input row, the largest ``per_row`` over its producer's outputs, carried through modules
+        (their children's) and through pass-through calls (their producers'); 0 where unknown."""
+        per_call = _by(self.codes, self.nc, per_row, is_out, "max")
+        hp = self.parent >= 0
         for _ in range(4):
-            np.maximum.at(per_call, pc[has_p].astype(np.int64), per_call[has_p])
-    key = pd.Series(per_call[codes], index=pd.MultiIndex.from_arrays([pair, calls]))
-    key = key[~key.index.duplicated()]
-    has = prod != ""
-    out = np.zeros(len(codes))
-    if has.any():
-        got = key.reindex(pd.MultiIndex.from_arrays([pair[has], prod[has]])).to_numpy(dtype=float)
-        out[has] = np.nan_to_num(got)
-    return out
+            np.maximum.at(per_call, self.parent[hp], per_call[hp])
+        for _ in range(8 if chain else 0):
+            if not len(self.edge_to):
+                break
+            before = per_call.copy()
+            np.maximum.at(per_call, self.edge_to, per_call[self.edge_from])
+            if np.array_equal(before, per_call):
+                break
+        return np.where(self.prod >= 0, per_call[np.where(self.prod >= 0, self.prod, 0)], 0.0)
 
 
 def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np.ndarray:
@@ -343,7 +378,8 @@ def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np
 
 
 # --------------------------------------------------------------------------------------------- verdicts
-VERDICT_COLUMNS = ("verdict", "bound_ratio", "own_err", "inherited_err", "bound", "precision", "op_class")
+ASSESS_COLUMNS = ("op_class", "precision", "inherited_err", "own_err", "own_allowance", "bound", "bound_ratio",
+                  "verdict", "reduction_len")
 _METRIC_REASONS = ("NormRelativeErr", "One Thousandth Err Ratio", "Cosine drops", "(compared anyway)",
                    "diverges from the bench")
 
@@ -469,7 +505,7 @@ class Precision:
     dict of these fields; ``precision=False`` keeps the exact rule alone)."""
 
     #: a call is anomalous when its output error exceeds this many times its bound
-    tolerance: float = 2.5
+    tolerance: float = 3.0
     #: the working precision each side is assumed to compute in at least: "auto" (the coarsest floating
     #: dtype the side uses in the (step, rank) pair: a run under bf16 autocast rounds like bf16 even where a
     #: tensor is fp32), "none" (each tensor's own dtype), or a dtype ("bf16", "torch.float16", ...)
@@ -502,7 +538,12 @@ class Precision:
 def apply(t: dict, p: Precision, skip_ops: tuple[str, ...] = ()) -> np.ndarray:
     """Add the verdict columns to a compare table (dict of arrays) and return its noisy pairs; ``diverges``
     of those pairs follows the verdicts (the exact rule's, ``diverges_exact``, is kept)."""
-    a = assess(t, p.tolerance, p.floor)
+    n = len(t["match"])
+    if p.enabled:
+        a = assess(t, p.tolerance, p.floor)
+    else:  # the exact rule alone: no verdicts (the columns stay, empty)
+        a = {k: np.full(n, "", dtype=object) if k in ("verdict", "precision", "op_class") else np.full(n, np.nan)
+             for k in ASSESS_COLUMNS}
     for k, v in a.items():
         t[k] = v
     noisy = noise_pairs(t, a["verdict"], skip_ops) if p.enabled else np.array([], dtype=np.int64)
