@@ -36,6 +36,8 @@ from msprobe_nb.store.monitor_schema import (
     THRESHOLDS,
 )
 
+from .monitor_acts import combined
+from .monitor_sharded import full_nonfinite_counts, full_norms, is_dtensor, local_shards
 from .monitor_stats import (
     SignHistory,
     SignPacker,
@@ -87,13 +89,14 @@ def _first_float(out: Any) -> torch.Tensor | None:
 
 
 def _by_device(items: Sequence[tuple[str, torch.Tensor]]) -> list[Sequence[tuple[str, torch.Tensor]]]:
-    """``items`` split by the device of their tensor (one group, as it is, in the common case)."""
-    devices = {t.device for _, t in items}
+    """``items`` split by the device of their tensor and whether it is a DTensor (one group, as it is, in the
+    common case)."""
+    devices = {(t.device, is_dtensor(t)) for _, t in items}
     if len(devices) == 1:
         return [items]
-    groups: dict[torch.device, list] = {}
+    groups: dict[tuple, list] = {}
     for name, t in items:
-        groups.setdefault(t.device, []).append((name, t))
+        groups.setdefault((t.device, is_dtensor(t)), []).append((name, t))
     return list(groups.values())
 
 
@@ -285,7 +288,10 @@ class MonitorHooks:
         entries = []
         for g, (names, idx, numel) in enumerate(groups):
             ts = [items[i][1] for i in idx] if len(idx) != len(items) else [t for _, t in items]
-            extra = {"numel": numel}
+            extra: dict[str, Any] = {"numel": numel}
+            full = None
+            if is_dtensor(ts[0]):  # FSDP2 / tensor parallel: the full tensors' norms and counts (monitor_sharded)
+                full, ts = ts, local_shards(ts)
             cpu = ts[0].is_cpu
             # counts: from the norms where they are on the host already (CPU); else read after the step's one
             # copy for the tensors whose norm is not finite (parameter-shaped kinds: their tensors live on),
@@ -293,11 +299,15 @@ class MonitorHooks:
             eager = bool(self._count_sel) and not cpu and kind in ACT_KINDS
             floats, counts = tensor_stats(ts, self.stats if eager else self._float_stats,
                                           None if layout is None else (layout, g))
+            if full is not None:
+                floats[:, 0] = full_norms(full)
+                eager = False
             if self._count_sel and not eager:
+                count = nonfinite_counts if full is None else full_nonfinite_counts
                 if cpu:
-                    counts = nonfinite_counts(ts, floats[:, 0].numpy())[:, self._count_sel]
+                    counts = count(ts if full is None else full, floats[:, 0].numpy())[:, self._count_sel]
                 else:
-                    extra["defer"] = ts
+                    extra["defer"], extra["sharded"] = (ts, False) if full is None else (full, True)
             if signs and self._signs is not None:
                 extra["signs"] = self._signs.pack(ts)
             if hist and self._bounds is not None:
@@ -459,13 +469,14 @@ class MonitorHooks:
         names_all, kinds_all, blocks = [], [], []
         sign_pos, sign_numel, sign_bytes = [], [], []
         grad_sq = 0.0
-        for kind, names, extra, slots in self._combined(layout, host):
+        for kind, names, extra, slots in combined(layout, host, self._float_stats):
             v = np.full((len(names), len(self.columns)), np.nan)
             fl, co = slots.get("floats"), slots.get("counts")
             v[:, self._float_cols] = fl
             if self._count_cols:
                 if co is None:  # deferred: counted now, only for the tensors whose norm is not finite
-                    co = nonfinite_counts(extra["defer"], fl[:, 0])[:, self._count_sel]
+                    count = full_nonfinite_counts if extra["sharded"] else nonfinite_counts
+                    co = count(extra["defer"], fl[:, 0])[:, self._count_sel]
                 v[:, self._count_cols] = co
             v[:, self._col["numel"]] = extra["numel"]
             if slots.get("hist") is not None:
@@ -508,54 +519,6 @@ class MonitorHooks:
         self.step_index += 1
         self._reset()
 
-    def _combined(self, layout: list, host: list[np.ndarray]):
-        """(kind, names, extra, host arrays) per block; activations seen several times in the step (a module
-        called twice, micro-batches) become one row: their aggregates as if the outputs were concatenated."""
-        acts: dict[str, list] = {}
-        for kind, names, extra, slots in layout:
-            arrays = {k: host[i] for k, i in slots.items()}
-            if kind in ("act", "act_grad"):
-                acts.setdefault(kind, []).append((names, extra, arrays))
-            else:
-                yield kind, names, extra, arrays
-        for kind, blocks in acts.items():
-            names = [n for b in blocks for n in b[0]]
-            numel = np.concatenate([b[1]["numel"] for b in blocks]).astype(np.float64)
-            fl = np.concatenate([b[2]["floats"] for b in blocks]).astype(np.float64)
-            co = np.concatenate([b[2]["counts"] for b in blocks]) if "counts" in blocks[0][2] else None
-            order = list(dict.fromkeys(names))
-            at = {n: i for i, n in enumerate(order)}
-            idx = np.fromiter((at[n] for n in names), np.int64, len(names))
-            k = len(order)
-            fstats = [s for s in self.stats if s in FLOAT_STATS]
-            out = np.zeros((k, len(fstats)))
-            for j, s in enumerate(fstats):
-                col = fl[:, j]
-                if s == "norm":
-                    acc = np.zeros(k)
-                    np.add.at(acc, idx, col ** 2)
-                    out[:, j] = np.sqrt(acc)
-                elif s == "min":
-                    acc = np.full(k, np.inf)
-                    np.minimum.at(acc, idx, col)
-                    out[:, j] = acc
-                elif s == "max":
-                    acc = np.full(k, -np.inf)
-                    np.maximum.at(acc, idx, col)
-                    out[:, j] = acc
-                else:  # mean, weighted by the number of values
-                    acc, n = np.zeros(k), np.zeros(k)
-                    np.add.at(acc, idx, col * numel)
-                    np.add.at(n, idx, numel)
-                    out[:, j] = acc / n
-            arrays = {"floats": out}
-            if co is not None:
-                cacc = np.zeros((k, co.shape[1]), np.int64)
-                np.add.at(cacc, idx, co)
-                arrays["counts"] = cacc
-            tot = np.zeros(k, np.int64)
-            np.add.at(tot, idx, numel.astype(np.int64))
-            yield kind, order, {"numel": tot}, arrays
 
     def _alert(self, step: int, names: list[str], kinds: list[str], values: np.ndarray,
                scalars: dict[str, float]) -> None:
