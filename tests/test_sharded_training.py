@@ -84,6 +84,8 @@ def test_fsdp2_collectives_are_distributed_calls(two):
     calls = mp.load(two / "fsdp" / "L1").calls
     ops = set(calls.loc[calls["family"] == "Distributed", "op"].astype(str))
     assert "all_gather_single" in ops  # FSDP2's all-gather of each group's parameters, as the caller named it
+    aten = set(mp.load(two / "fsdp" / "L2").calls["call"].astype(str))  # L2 also sees backward's reduce-scatter
+    assert {"Aten._allgather_base_.0.forward", "Aten._reduce_scatter_base_.0.backward"} <= aten
 
 
 @needs_gloo
