@@ -180,6 +180,10 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     if _same_dump(npu, bench, n_side, b_side):
         said.append("the NPU and bench dumps are the same dump: every call agrees by construction")
     notes += said
+    from .setup_compare import setup_pointer  # the runs' set-ups, when both carry a record (docs/setup_check.md)
+    if (pointer := setup_pointer(n_side.source, b_side.source)) is not None:
+        notes.append(pointer)
+        print(f"msprobe_nb: {pointer}")
     if mode == "tensor":
         add_tensor_metrics(t, n_side.dump, b_side.dump, th, progress)
     mark_errors(t, mode, th)
@@ -458,5 +462,10 @@ class CompareResult(pd.DataFrame):
     def summary(self) -> str:
         """A few lines: mode, counts, notes and the first divergence."""
         c = self.counts()
-        return summary_text(f"mode {self.mode}: {c['rows']} rows, {c['pass']} pass, {c['warning']} warning, "
-                            f"{c['error']} error, {c['unmatched']} unmatched", self.notes, self.first_divergence())
+        first = self.first_divergence()
+        text = summary_text(f"mode {self.mode}: {c['rows']} rows, {c['pass']} pass, {c['warning']} warning, "
+                            f"{c['error']} error, {c['unmatched']} unmatched", self.notes, first)
+        noisy = getattr(self._ctx, "noisy", None)
+        if first is None and noisy is not None and len(noisy) and "verdict" in self.columns:
+            text += f"\nprecision model: {self.precision_summary()}"
+        return text

@@ -314,6 +314,15 @@ class CompareViewer(BaseViewer):
         out["verdict"] = str(getattr(obj, "message", "") or "") if obj is not None else self._trace_msg
         return out
 
+    def _quiet_text(self) -> str:
+        """Why nothing diverges: the precision model's summary when the runs differ by noise."""
+        ps = getattr(self.result, "precision_summary", None)
+        try:
+            text = ps() if callable(ps) else ""
+        except Exception:  # noqa: BLE001 - a result without verdict columns
+            text = ""
+        return text if text.startswith("every call within") else "every matched row agrees within tolerance"
+
     def answer_html(self) -> str:
         """The answer box at the top: the first divergence, its chain and the suggested fix."""
         a = self.answer()
@@ -321,7 +330,7 @@ class CompareViewer(BaseViewer):
                "margin:4px 0;font-size:12px;line-height:1.45;max-width:100%;overflow-wrap:anywhere'>")
         if not a:
             return (box.format(c="#3c9a4a", bg="#eef7ee")
-                    + "<b>no divergence</b>: every matched row agrees within tolerance</div>")
+                    + f"<b>no divergence</b>: {html.escape(self._quiet_text())}</div>")
         e = html.escape
         mods = " › ".join(e(m) for m in a["modules"])
         where = e(a["frame"]) + (f": <code>{e(a['frame_source'])}</code>" if a["frame_source"] else "") \
