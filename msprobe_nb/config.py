@@ -359,6 +359,10 @@ def _read_json(path: Path) -> Any:
     except json.JSONDecodeError as e:
         raise ConfigError(f"config file {str(path)!r}: invalid JSON at line {e.lineno}, column {e.colno}: "
                           f"{e.msg}") from None
+    except RecursionError:  # arrays/objects nested deeper than the decoder's recursion limit
+        raise ConfigError(f"config file {str(path)!r}: JSON nested too deep to read") from None
+    except ValueError as e:  # e.g. an integer longer than Python's integer-string limit (4300 digits)
+        raise ConfigError(f"config file {str(path)!r}: unreadable JSON value: {e}") from None
 
 
 def _warn_ignored(given: Mapping[str, Any], sub_ignored: Mapping[str, Any], sub_name: str) -> None:

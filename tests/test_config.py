@@ -172,6 +172,21 @@ def test_invalid_json_names_file_line_column(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_deeply_nested_json_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    """100,000 nested arrays exceed the decoder's recursion limit: a ConfigError, not a raw RecursionError."""
+    path = write(tmp_path, "[" * 100_000 + "]" * 100_000, "deep.json")
+    with pytest.raises(ConfigError, match=r"deep\.json'?: JSON nested too deep"):
+        load_config(path)
+
+
+def test_over_long_integer_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    """A 5,001-digit seed is past Python's integer-string limit: a ConfigError, not a raw ValueError."""
+    path = write(tmp_path, '{"seed": ' + "1" * 5001 + "}", "long.json")
+    with pytest.raises(ConfigError, match=r"long\.json'?: unreadable JSON value") as info:
+        load_config(path)
+    assert type(info.value) is ConfigError
+
+
 def test_top_level_must_be_object(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="top level must be a JSON object"):
         load_config(write(tmp_path, "[1, 2]"))
