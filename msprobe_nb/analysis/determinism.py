@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import forward_of
+from msprobe_nb.capture.random_apis import NOT_DRAWN
 
 _KEY = ["step", "rank", "name"]
 _EXACT = ["max", "min", "mean", "norm", "nan_count", "posinf_count", "neginf_count"]
@@ -55,7 +56,7 @@ def check_determinism(run_a, run_b) -> pd.DataFrame:
     m["io"] = m["io_a"].fillna(m["io_b"])
     m["rng"] = m["rng_a"].fillna("")
     # a module whose forward made a random draw (nn.Dropout...) differs because of the draw, not a kernel
-    drawn = a.loc[(a["rng"] != "") & (a["rng"] != "dropout-off"), "parent"]
+    drawn = a.loc[~a["rng"].isin(NOT_DRAWN), "parent"]
     random_modules = {p for p in drawn if p}
     random_modules |= {p.replace(".forward.", ".backward.") for p in random_modules}
     # a backward's outputs depend on what its forward saved: its forward's inputs count as its inputs too
@@ -70,7 +71,7 @@ def check_determinism(run_a, run_b) -> pd.DataFrame:
         if fwd is not None:
             inputs_same = inputs_same and fwd_in_same.get((step, rank, fwd), True)
         rng = str(g["rng"].iloc[0] or "")
-        if (rng and rng != "dropout-off") or call in random_modules:
+        if rng not in NOT_DRAWN or call in random_modules:
             kind = "random"
         elif inputs_same:
             kind = "nondeterministic"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
-from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, RANDOM_APIS
+from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, NOT_DRAWN, RANDOM_APIS
 
 TRACE_COLUMNS = ["step", "rank", "call", "role", "rng", "file", "line", "code", "note"]
 
@@ -112,7 +112,7 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
             return False
         rng = str(first.at[call, "rng"] or "")
         if rng:
-            return rng != "dropout-off"
+            return rng not in NOT_DRAWN
         key = (str(first.at[call, "family"]), str(first.at[call, "op"]))
         return key in RANDOM_APIS or key in DROPOUT_MODULES or key in ATEN_DRAWS
 

@@ -26,6 +26,10 @@ RANDOM_APIS = FACTORIES | TENSOR_ARG_DRAWS | INPLACE_DRAWS | INIT_DRAWS | DROPOU
 ATTENTION_DROPOUTS = {("Functional", "scaled_dot_product_attention")}
 #: what the function mode hands to the random policy (RANDOM_APIS stays the list of APIs that always draw)
 DRAWING_APIS = RANDOM_APIS | ATTENTION_DROPOUTS
+#: the ``rng`` recorded for a dropout call that draws no mask (``p=0``, or not training): never a random source
+NO_DRAW = "no draw"
+#: ``rng`` values of calls that drew nothing: not recorded as a draw, dropout switched off, or no mask drawn
+NOT_DRAWN = frozenset({"", "dropout-off", NO_DRAW})
 #: modules whose forward draws a mask (level L0 records modules only)
 DROPOUT_MODULES = {("Module", n) for n in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
                                            "FeatureAlphaDropout")}

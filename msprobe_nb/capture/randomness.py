@@ -30,6 +30,7 @@ from msprobe_nb.capture.random_apis import (
     FACTORIES,
     INIT_DRAWS,
     INPLACE_DRAWS,
+    NO_DRAW,
     TENSOR_ARG_DRAWS,
 )
 
@@ -158,6 +159,9 @@ class RandomPolicy:
             args, kwargs = _zero_p(c.op, args, kwargs)
             c.rng = "dropout-off"
             return func, args, kwargs
+        if key in DROPOUTS and not _dropout_draws(c.family, c.op, args, kwargs):
+            c.rng = NO_DRAW  # p=0 or not training: the mask is never drawn, so no generator state to blame
+            return func, args, kwargs
         if self.host_random and user_gen is None:
             host = self.host_generator
             c.rng = f"host (for {device})"
@@ -212,6 +216,24 @@ def _as_tensor(x):
     return x
 
 
+def _dropout_args(family: str, args, kwargs) -> dict:
+    """A dropout call's arguments by name (input, p, training, inplace)."""
+    names = ("input", "p", "train" if family != "Functional" else "training", "inplace")
+    return dict(zip(names, args), **kwargs)
+
+
+def _dropout_draws(family: str, op: str, args, kwargs) -> bool:
+    """Whether a dropout call draws a mask: with ``p=0`` or outside training it returns its input as is."""
+    bound = _dropout_args(family, args, kwargs)
+    try:
+        p = float(bound.get("p", 0.5))
+    except (TypeError, ValueError):
+        return True
+    trains = not (family == "Functional" and "alpha" in op)  # F.alpha_dropout's training defaults to False
+    training = bound.get("training", bound.get("train", trains))
+    return bool(True if training is None else training) and p != 0
+
+
 def _zero_p(op: str, args, kwargs):
     """Dropout with ``p=0``: keep every element, whatever the mode."""
     if "p" in kwargs:
@@ -253,8 +275,7 @@ def _host_call(key, func, device: torch.device, gen: torch.Generator):
         return t
 
     def dropout(*args, **kwargs):
-        names = ("input", "p", "train" if family != "Functional" else "training", "inplace")
-        bound = dict(zip(names, args), **kwargs)
+        bound = _dropout_args(family, args, kwargs)
         x, p = bound["input"], float(bound.get("p", 0.5))
         training = bool(bound.get("training", bound.get("train", True)))
         inplace = bool(bound.get("inplace", False))

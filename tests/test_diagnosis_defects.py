@@ -1,0 +1,87 @@
+"""Diagnosis defects of issue 30 (item 5), each reproduced on a small real model and fixed.
+
+* a dropout with ``p=0`` draws nothing: never the root, even when the two runs' seeds differ;
+* a drop-path drawn with ``torch.bernoulli``: the first advice is the one that removes it (host_random);
+* at L2, an in-place draw's ``self`` input is overwritten memory (``empty_like``): never compared;
+* a call made by the bench run only is a root, like one made by the NPU run only;
+* two unrelated dumps: a warning whenever either side is mostly unmatched, and the CLI exits non-zero.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+import torch
+
+from msprobe_nb.analysis.compare import compare
+from msprobe_nb.analysis.provenance import trace_randomness
+from msprobe_nb.debugger import Debugger
+from msprobe_nb.store.dump import load
+
+transformers = pytest.importorskip("transformers")
+
+
+@contextlib.contextmanager
+def gelu_three_percent_off():
+    """The NPU run's GELU kernel returns 1.03 times the exact GELU (a planted wrong kernel)."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            lib.impl("gelu", lambda x, approximate="none": x * 0.5 * (1 + torch.erf(x * 0.7071067811865476)) * 1.03,
+                     "CPU")
+        yield
+    finally:
+        lib._destroy()
+
+
+def gpt2(**over):
+    cfg = dict(n_layer=1, n_embd=16, n_head=2, n_positions=16, vocab_size=64, activation_function="gelu",
+               attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    cfg.update(over)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg, attn_implementation="eager"))
+    return model.train()
+
+
+def record(path, model, step, *, level, task="statistics", seed=0, **cfg):
+    """One recorded training step; ``seed`` reseeds the default generator right before it."""
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dbg = Debugger(dump_path=str(path), level=level, task=task, **cfg)
+        dbg.start(model)
+        step(model).backward()
+        dbg.stop()
+    return load(str(path))
+
+
+def lm_step(model):
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+    return model(ids, labels=ids).loss
+
+
+def quiet_compare(a, b, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compare(a, b, **kw)
+
+
+# ------------------------------------------------------------------------------- dropout with p=0
+@pytest.mark.parametrize("level,task", [("L1", "statistics"), ("mix", "statistics"), ("L1", "tensor"),
+                                        ("mix", "tensor")])
+def test_a_dropout_with_p_zero_is_never_the_root_when_the_seeds_differ(tmp_path, level, task):
+    """GPT-2 with every dropout at p=0 (F.dropout(a, 0.0, training=True)), seeds 1 and 2, and a GELU 3 % off
+    on the NPU side: the GELU is the root, not a dropout that drew nothing."""
+    def planted(model):
+        with gelu_three_percent_off():
+            return lm_step(model)
+    npu = record(tmp_path / "npu", gpt2(), planted, level=level, task=task, seed=1)
+    bench = record(tmp_path / "bench", gpt2(), lm_step, level=level, task=task, seed=2)
+    result = quiet_compare(npu, bench)
+    d = result.first_divergence()
+    assert d is not None and d.call == "Functional.gelu.0.forward" and d.kind == "call", d
+    assert not trace_randomness(result).found
+    drops = npu.calls[npu.calls["op"] == "dropout"]
+    assert len(drops) and (drops["rng"] == "no draw").all() and (drops["rng_state"] == "").all()
