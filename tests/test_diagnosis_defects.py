@@ -85,3 +85,48 @@ def test_a_dropout_with_p_zero_is_never_the_root_when_the_seeds_differ(tmp_path,
     assert not trace_randomness(result).found
     drops = npu.calls[npu.calls["op"] == "dropout"]
     assert len(drops) and (drops["rng"] == "no draw").all() and (drops["rng_state"] == "").all()
+
+
+# ------------------------------------------------------------------------------- drop-path advice
+class DropPath(torch.nn.Module):
+    """Stochastic depth as timm writes it by hand: a per-sample torch.bernoulli mask, no dropout API."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        keep = 1 - self.p
+        mask = torch.bernoulli(torch.full((x.shape[0], 1), keep))
+        return x * mask / keep
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop_path = torch.nn.Linear(8, 8), DropPath(0.5)
+
+    def forward(self, x):
+        return x + self.drop_path(self.fc(x))
+
+
+def drop_path_step(model):
+    return model(torch.randn(8, 8, generator=torch.Generator().manual_seed(1))).square().mean()
+
+
+def test_the_first_advice_for_a_bernoulli_drop_path_is_what_removes_it(tmp_path):
+    def model():
+        torch.manual_seed(0)
+        return Residual()
+    result = quiet_compare(record(tmp_path / "npu", model(), drop_path_step, level="L1", seed=1),
+                           record(tmp_path / "bench", model(), drop_path_step, level="L1", seed=2))
+    trace = trace_randomness(result)
+    assert list(trace.sources.call) == ["Torch.bernoulli.0.forward"], trace
+    assert "host_random=True" in trace.advice[0] and "dropout_off=True" not in trace.advice[0], trace.advice
+    # the advice holds: with host_random the runs agree, with dropout_off they still do not
+    host = quiet_compare(record(tmp_path / "npu2", model(), drop_path_step, level="L1", seed=1, host_random=True),
+                         record(tmp_path / "bench2", model(), drop_path_step, level="L1", seed=2, host_random=True))
+    assert host.first_divergence() is None
+    off = quiet_compare(record(tmp_path / "npu3", model(), drop_path_step, level="L1", seed=1, dropout_off=True),
+                        record(tmp_path / "bench3", model(), drop_path_step, level="L1", seed=2, dropout_off=True))
+    assert off.first_divergence() is not None

@@ -65,9 +65,9 @@ def _advice(op: str, family: str, rng: str) -> str:
     if "dropout" in op.lower():
         return (f"{op}: switch dropout off while aligning (dropout_off=True / --dropout-off), or draw the masks "
                 "on the host (host_random=True / --host-random)")
-    if op in ("bernoulli", "bernoulli_"):
-        return (f"{op}: if it draws a dropout mask, switch dropout off while aligning (dropout_off=True / "
-                "--dropout-off); otherwise record with host_random=True (--host-random)")
+    if op in ("bernoulli", "bernoulli_"):  # a drop-path or hand-made mask: dropout_off does not reach it
+        return (f"{op}: record with host_random=True (--host-random) so the mask comes from one seeded CPU "
+                "generator on both machines (dropout_off only zeroes dropout APIs' p, not this draw)")
     if rng.startswith("host"):
         return f"{op}: already drawn on the host; check that both runs use the same seed"
     return (f"{op}: draw it on the host and move it, e.g. torch.{op}(..., device='cpu').to(device), or record "
