@@ -76,14 +76,17 @@ def op_class(op: str, call: str = "") -> str:
 
 def unit_roundoff(dtype: np.ndarray) -> np.ndarray:
     """u of each dtype name (NaN for non-floating dtypes)."""
-    return pd.Series(np.asarray(dtype, dtype=object)).map(UNIT_ROUNDOFF).to_numpy(dtype=float, na_value=np.nan)
+    codes, uniq = pd.factorize(np.asarray(dtype, dtype=object))
+    return np.array([UNIT_ROUNDOFF.get(u, np.nan) for u in uniq] + [np.nan])[codes]
 
 
 def _col(t: Any, c: str, default: float = np.nan) -> np.ndarray:
     if c not in t:
         return np.full(len(t["match"]), default)
-    return pd.to_numeric(pd.Series(np.asarray(t[c], dtype=object) if not isinstance(t[c], pd.Series) else t[c]),
-                         errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    a = np.asarray(t[c])
+    if a.dtype.kind in "fiub":
+        return a.astype(float, copy=False)
+    return pd.to_numeric(pd.Series(a, dtype=object), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def scale_relative_errors(t: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -158,8 +161,13 @@ def _calls(t: Any, n: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.
     ccall = calls[first]
     ucalls, uc = pd.factorize(ccall)
     uop = pd.Series(op[first]).groupby(ucalls).first().to_numpy(dtype=object) if nc else np.array([], dtype=object)
-    cls_u = np.array([op_class(str(o), str(c)) for o, c in zip(uop, uc)] + ["other"], dtype=object)
-    bwd_u = np.array([".backward" in str(c) for c in uc] + [False])
+    ocodes, uops = pd.factorize(pd.Series(uop, dtype=object).fillna(""))
+    by_op = np.array([op_class(str(o)) for o in uops] + ["other"], dtype=object)[ocodes]
+    module = pd.Series(np.asarray(uc, dtype=object), dtype=object).str.startswith(("Module.", "Cell.")).to_numpy(
+        dtype=bool) if len(uc) else np.zeros(0, dtype=bool)
+    cls_u = np.append(np.where(module, "composite", by_op), "other").astype(object)
+    bwd_u = np.append(pd.Series(np.asarray(uc, dtype=object), dtype=object).str.contains(".backward", regex=False)
+                      .to_numpy(dtype=bool) if len(uc) else np.zeros(0, dtype=bool), False)
     pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(n, dtype=np.int64)
     cbwd = bwd_u[ucalls]
     return codes, nc, first, cls_u[ucalls], cbwd, _forward_codes(ccall, cbwd, pair[first])
@@ -189,42 +197,73 @@ def _propagate(e: np.ndarray, s: np.ndarray, codes: np.ndarray, nc: int, cl: np.
     f_w_s = np.where(has_f & (w_s[fi] > 0), w_s[fi], 1.0)
     f_sigma = np.where(has_f & (x_sigma[fi] > 0), x_sigma[fi], 1.0)
     f_xs, f_xae = np.where(has_f, x_s[fi], 0.0), np.where(has_f, x_ae[fi], 0.0)
-    rc = codes
-    so = np.where(s > 0, s, np.nan)
+    oi = np.flatnonzero(is_out)  # the formulas are evaluated on output rows only
+    rc = codes[oi]
+    so = np.where(s[oi] > 0, s[oi], np.nan)
+    opo, argo, redo = op[oi], arg[oi], red[oi]
     mv = max_ae[rc] / so
-    logs = np.isin(op, ("log_softmax", "_log_softmax", "logsumexp"))
-    fw = {
-        "movement": mv, "cast": mv, "additive": sum_ae[rc] / so, "multiplicative": sum_e[rc], "matmul": sum_e[rc],
-        "activation": 1.13 * mv, "exponential": max_ae[rc], "root": 0.5 * max_ae[rc] / min_pos[rc],
-        "softmax": np.where(logs, 2 * mv, 2 * max_ae[rc]),
-        "normalisation": 2 * ae_norm[rc] + sum_e[rc],
-        "reduction": np.where(np.isin(op, ("sum", "cumsum")), red * mv,
-                              np.where(np.isin(op, ("var", "std", "var_mean", "norm", "linalg_vector_norm")),
-                                       2 * max_s[rc] * mv * np.fmax(1.0, max_s[rc] / so), 2 * mv)),
-        "other": 2 * np.fmax(sum_ae[rc] / so, sum_e[rc]),
-    }
-    g_mv = red * sum_ae[rc] / so
-    # weight and bias gradients sum over the rows of the batch: cancellation there is the data's, not the op's
-    rows_sum = red * (max_ae[rc] * f_xs[rc] + max_s[rc] * f_xae[rc]) / so
-    bk = {
-        "movement": g_mv, "cast": g_mv, "additive": g_mv,
-        "multiplicative": sum_e[rc] + f_e[rc] + g_mv,
-        "matmul": sum_e[rc] + f_e[rc] + np.where(arg != "0", rows_sum, 0.0),
-        "activation": (1.13 * max_ae[rc] + max_s[rc] * f_ae[rc]) / so,
-        "exponential": sum_e[rc] + f_e[rc] + f_ae[rc], "root": sum_e[rc] + 2 * f_e[rc],
-        "softmax": 2 * (f_out_s[rc] * max_ae[rc] + max_s[rc] * f_out_ae[rc]) / so + sum_e[rc],
-        "normalisation": 3 * (f_w_s[rc] / f_sigma[rc]) * red * (max_ae[rc] + max_s[rc] * 2 * f_ae[rc] / f_sigma[rc])
-        / so + np.where(arg != "0", rows_sum, 0.0),
-        "reduction": sum_e[rc] + 2 * f_ae[rc] + g_mv,
-        "other": 2 * (sum_e[rc] + f_e[rc]) + g_mv,
-    }
+    prop_o = np.zeros(len(oi))
+    clo, bwo = cl[rc], bw[rc]
+    for c in set(pd.unique(clo)) - {"composite"}:
+        for back in (False, True):
+            k = np.flatnonzero((clo == c) & (bwo == back))
+            if len(k):
+                prop_o[k] = _rule(c, back, k, rc[k], so[k], mv[k], opo[k], argo[k], redo[k], locals())
     prop = np.full(len(e), np.nan)
-    for c in set(cl[rc].tolist()) - {"composite"}:
-        m = is_out & (cl[rc] == c)
-        prop = np.where(m & ~bw[rc], fw.get(c, fw["other"]), prop)
-        prop = np.where(m & bw[rc], bk.get(c, bk["other"]), prop)
-    prop = np.where(np.isnan(prop) & is_out & (cl[rc] != "composite"), 0.0, prop)
-    return np.where(s == 0, 0.0, prop)
+    prop[oi] = np.where(s[oi] == 0, 0.0, np.where(clo == "composite", np.nan, prop_o))
+    return prop
+
+
+def _rule(c: str, back: bool, k: np.ndarray, rc: np.ndarray, so: np.ndarray, mv: np.ndarray, op: np.ndarray,
+          arg: np.ndarray, red: np.ndarray, v: dict) -> np.ndarray:
+    """One class's propagation rule on its output rows (``v``: the per-call aggregates of _propagate)."""
+    sum_ae, max_ae, sum_e, max_s = v["sum_ae"][rc], v["max_ae"][rc], v["sum_e"][rc], v["max_s"][rc]
+    if not back:
+        if c in ("movement", "cast"):
+            return mv
+        if c == "additive":
+            return sum_ae / so
+        if c in ("multiplicative", "matmul"):
+            return sum_e
+        if c == "activation":
+            return 1.13 * mv
+        if c == "exponential":
+            return max_ae
+        if c == "root":
+            return 0.5 * max_ae / v["min_pos"][rc]
+        if c == "softmax":
+            return np.where(np.isin(op, ("log_softmax", "_log_softmax", "logsumexp")), 2 * mv, 2 * max_ae)
+        if c == "normalisation":
+            return 2 * v["ae_norm"][rc] + sum_e
+        if c == "reduction":
+            spread = np.isin(op, ("var", "std", "var_mean", "norm", "linalg_vector_norm"))
+            return np.where(np.isin(op, ("sum", "cumsum")), red * mv,
+                            np.where(spread, 2 * max_s * mv * np.fmax(1.0, max_s / so), 2 * mv))
+        return 2 * np.fmax(sum_ae / so, sum_e)
+    f_e, f_ae = v["f_e"][rc], v["f_ae"][rc]
+    g_mv = red * sum_ae / so
+    # weight and bias gradients sum over the rows of the batch: cancellation there is the data's, not the op's
+    rows_sum = red * (max_ae * v["f_xs"][rc] + max_s * v["f_xae"][rc]) / so
+    if c in ("movement", "cast", "additive"):
+        return g_mv
+    if c == "multiplicative":
+        return sum_e + f_e + g_mv
+    if c == "matmul":
+        return sum_e + f_e + np.where(arg != "0", rows_sum, 0.0)
+    if c == "activation":
+        return (1.13 * max_ae + max_s * f_ae) / so
+    if c == "exponential":
+        return sum_e + f_e + f_ae
+    if c == "root":
+        return sum_e + 2 * f_e
+    if c == "softmax":
+        return 2 * (v["f_out_s"][rc] * max_ae + max_s * v["f_out_ae"][rc]) / so + sum_e
+    if c == "normalisation":
+        ws, sg = v["f_w_s"][rc], v["f_sigma"][rc]
+        return 3 * (ws / sg) * red * (max_ae + max_s * 2 * f_ae / sg) / so + np.where(arg != "0", rows_sum, 0.0)
+    if c == "reduction":
+        return sum_e + 2 * f_ae + g_mv
+    return 2 * (sum_e + f_e) + g_mv
 
 
 def assess(t: Any, tolerance: float = 3.0, floor: str = "auto") -> dict[str, np.ndarray]:
@@ -365,15 +404,16 @@ class _Producers:
 
 def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np.ndarray:
     """For each call code, the code of its forward call in the same pair (-1 for forward calls or none)."""
-    nc = len(ccall)
-    out = np.full(nc, -1, dtype=np.int64)
+    out = np.full(len(ccall), -1, dtype=np.int64)
     if not cbwd.any():
         return out
-    key = {(int(p), str(c)): i for i, (p, c) in enumerate(zip(cpair, ccall))}
-    for i in np.flatnonzero(cbwd):
-        c = str(ccall[i])
-        head, _, tail = c.rpartition(".backward")
-        out[i] = key.get((int(cpair[i]), f"{head}.forward{tail}"), -1)
+    b = np.flatnonzero(cbwd)
+    fwd_name = pd.Series(ccall[b], dtype=object).str.replace(r"\.backward(?=(\.\d+)?$)", ".forward", regex=True)
+    key = pd.MultiIndex.from_arrays([cpair, pd.Series(ccall, dtype=object)])
+    got = key.get_indexer(pd.MultiIndex.from_arrays([cpair[b], fwd_name])) if key.is_unique else \
+        pd.Series(np.arange(len(ccall)), index=key).groupby(level=[0, 1]).first().reindex(
+            pd.MultiIndex.from_arrays([cpair[b], fwd_name])).fillna(-1).to_numpy(dtype=np.int64)
+    out[b] = got
     return out
 
 
