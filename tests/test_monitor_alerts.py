@@ -125,7 +125,7 @@ def _naive(series_values, warmup, window, spike_z, spike_ratio, direction_drop, 
             if len(kept) == warmup and not direction:
                 low = float(np.median(kept)) + (math.log(spike_floor) if spike_floor > 0 else -math.inf)
             if (len(kept) - warmup) % REFRESH == 0:
-                d = np.diff(np.asarray(kept[-window:]))
+                d = np.diff(np.asarray(kept))[-window:]
                 slope = float(np.median(d))
                 mad = float(np.median(np.abs(d - slope)))
                 floor = direction_drop * prev if direction else math.log(spike_ratio)

@@ -78,6 +78,8 @@ class AlertRules:
         self._slope = np.zeros(0)  # per series: its median change per step at its last refresh
         self._bar = np.zeros(0)  # and how far a value must jump from the previous one (in the rule's direction)
         self._low = np.zeros(0)  # the log of the least value a spike may have (spike_floor x its warm-up level)
+        self._diffs = np.zeros((0, self.window))  # per series: its last ``window`` changes (a ring, any order)
+        self._last = np.zeros(0)  # and its last value kept
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -93,20 +95,17 @@ class AlertRules:
             self._slope = np.concatenate([self._slope, np.zeros(extra)])
             self._bar = np.concatenate([self._bar, np.zeros(extra)])
             self._low = np.concatenate([self._low, np.zeros(extra)])
-
-    def _chronological(self, series: np.ndarray, count: np.ndarray, k: int) -> np.ndarray:
-        """The last ``k`` values of each series (each has at least ``k``), oldest first."""
-        idx = (count[:, None] - k + np.arange(k)) % self.window
-        return self._buf[series[:, None], idx]
+            self._diffs = np.concatenate([self._diffs, np.zeros((extra, self.window))])
+            self._last = np.concatenate([self._last, np.zeros(extra)])
 
     def _refresh(self, series: np.ndarray, count: np.ndarray, direction: bool, prev: np.ndarray) -> None:
         """Recompute the typical change per step and the hit bar of ``series`` from their windows (and, at
         the end of a series' warm-up, its floor)."""
-        n = np.minimum(count, self.window)
+        n = np.minimum(count - 1, self.window)  # the changes held: positions 0..n-1 of each ring
         slope, mad = np.empty(len(series)), np.empty(len(series))
-        for k in np.unique(n):
-            at = np.flatnonzero(n == k)
-            d = np.diff(self._chronological(series[at], count[at], int(k)), axis=1)
+        for k in ([int(n[0])] if (n == n[0]).all() else np.unique(n)):
+            at = slice(None) if len(series) and (n == k).all() else np.flatnonzero(n == k)
+            d = self._diffs[series[at], :k]
             m = _median(d)
             slope[at] = m
             mad[at] = _median(np.abs(d - m[:, None]))
@@ -116,8 +115,37 @@ class AlertRules:
         first = count == self.warmup
         if first.any() and not direction:
             at = np.flatnonzero(first)
-            warm = self._chronological(series[at], count[at], self.warmup)
-            self._low[series[at]] = _median(warm) + self._log_floor
+            self._low[series[at]] = _median(self._buf[series[at], :self.warmup]) + self._log_floor
+
+    def _steady(self, step: int, series: np.ndarray, values: np.ndarray, x: np.ndarray, c: int,
+                direction: bool) -> list[Alert]:
+        """``observe`` in the common case: every value judged, every series as long (``c`` values)."""
+        prev = self._last[series]
+        if (c - self.warmup) % REFRESH == 0:
+            self._refresh(series, self._count[series], direction, prev)
+        expected = prev + self._slope[series]
+        dev = expected - x if direction else x - expected
+        bar = self._bar[series]
+        hit = dev > bar  # the bar is >= 0: a hit is past the expected value in the rule's direction
+        if not direction:
+            hit &= x >= self._low[series]
+        out = []
+        if hit.any():
+            for j in np.flatnonzero(hit):
+                ref = float(expected[j]) if direction else math.exp(expected[j])
+                sev = float(dev[j] / bar[j]) if bar[j] > 0 else math.inf
+                out.append(Alert(step, int(series[j]), "direction_drop" if direction else "spike", float(values[j]),
+                                 ref, sev))
+        self._keep(series, x, c)
+        return out
+
+    def _keep(self, series: np.ndarray, x: np.ndarray, c: int | np.ndarray) -> None:
+        """Add ``x`` to the windows of ``series``, which held ``c`` values each."""
+        w = self.window
+        self._diffs[series, (c - 1) % w] = np.where(c > 0, x - self._last[series], 0.0)
+        self._buf[series, c % w] = x
+        self._last[series] = x
+        self._count[series] = c + 1
 
     def observe(self, step: int, series: np.ndarray, values: np.ndarray, direction: bool = False) -> list[Alert]:
         """Judge one step's ``values`` of ``series`` (ids, each at most once), then add them to the windows.
@@ -138,9 +166,13 @@ class AlertRules:
                 for i in np.flatnonzero(bad):
                     out.append(Alert(step, int(series[i]), "nonfinite", float(values[i]), math.nan, math.inf))
                 self._told[series[bad]] = True
-            with np.errstate(divide="ignore", invalid="ignore"):
+                x = np.log(np.where(ok, values, 1.0))
+            else:
                 x = np.log(values)
         count = self._count[series]
+        c0 = int(count[0])
+        if c0 >= self.warmup and not out and ok.all() and (count == c0).all():
+            return self._steady(step, series, values, x, c0, direction)
         if ok.all() and count.min() >= self.warmup:  # the common case: every value judged
             judge, s = None, series
         else:
@@ -148,7 +180,7 @@ class AlertRules:
             s = series[judge]
         if len(s):
             cs = count if judge is None else count[judge]
-            prev = self._buf[s, (cs - 1) % self.window]
+            prev = self._last[s]
             stale = (cs - self.warmup) % REFRESH == 0
             if stale.any():
                 self._refresh(s[stale], cs[stale], direction, prev[stale])
@@ -166,13 +198,9 @@ class AlertRules:
                 out.append(Alert(step, int(series[i]), "direction_drop" if direction else "spike", float(values[i]),
                                  ref, sev))
         if ok.all():
-            self._buf[series, count % self.window] = x
-            self._count[series] = count + 1
-            return out
-        keep = series[ok]
-        pos = self._count[keep] % self.window
-        self._buf[keep, pos] = x[ok]
-        self._count[keep] += 1
+            self._keep(series, x, count)
+        else:
+            self._keep(series[ok], x[ok], count[ok])
         return out
 
 
