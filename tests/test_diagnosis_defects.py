@@ -130,3 +130,65 @@ def test_the_first_advice_for_a_bernoulli_drop_path_is_what_removes_it(tmp_path)
     off = quiet_compare(record(tmp_path / "npu3", model(), drop_path_step, level="L1", seed=1, dropout_off=True),
                         record(tmp_path / "bench3", model(), drop_path_step, level="L1", seed=2, dropout_off=True))
     assert off.first_divergence() is not None
+
+
+# ------------------------------------------------------------------------------- L2: overwritten inputs
+def bert_mlm():
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=16, attn_implementation="eager")
+    torch.manual_seed(0)
+    return transformers.BertForMaskedLM(cfg).train()
+
+
+def t5():
+    cfg = transformers.T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+                                dropout_rate=0.1, decoder_start_token_id=0)
+    torch.manual_seed(0)
+    return transformers.T5ForConditionalGeneration(cfg).train()
+
+
+L2_MODELS = {"gpt2": lambda: gpt2(attn_pdrop=0.1, resid_pdrop=0.1, embd_pdrop=0.1), "bert": bert_mlm, "t5": t5}
+
+
+def garbage(calls, draw_inputs):
+    """The bench run's copy of the table with what uninitialised memory looks like in the in-place draws'
+    ``self`` inputs: other numbers, NaN among them."""
+    calls = calls.copy()
+    calls.loc[draw_inputs, ["max", "min", "mean", "norm"]] = [float("nan"), -3.0e38, 7.0, 1.0e30]
+    calls.loc[draw_inputs, "nan_count"] = 3
+    return calls
+
+
+@pytest.mark.parametrize("name", sorted(L2_MODELS))
+def test_identical_seeded_l2_runs_with_dropout_never_compare_the_memory_a_draw_overwrites(tmp_path, name):
+    npu = record(tmp_path / "npu", L2_MODELS[name](), lm_step, level="L2", seed=3)
+    calls = npu.calls
+    draw_inputs = (calls["op"] == "bernoulli_") & (calls["io"] == "input") & (calls["arg"] == "0")
+    assert draw_inputs.sum() >= 2  # the dropout masks, drawn into empty_like memory
+    result = quiet_compare(calls, garbage(calls, draw_inputs))
+    assert result.first_divergence() is None
+    graded = result[result["name"].str.startswith("Aten.bernoulli_.")]
+    assert set(graded["result"]) == {"pass"} and set(graded["msprobe_result"]) == {"pass"}, \
+        graded.loc[graded["result"] != "pass", ["name", "reasons"]].to_string()
+    assert graded.loc[graded["name"].str.endswith(".input.0"), "uninitialised"].all()
+
+
+def test_the_self_input_of_an_in_place_draw_is_never_compared_whoever_made_it():
+    """``torch.ones(...).uniform_()``: uniform_ overwrites its self input whatever it holds, so even a self
+    that a recorded call filled (no empty_like behind it) is not compared."""
+    import pandas as pd
+
+    from msprobe_nb.store.schema import coerce_calls
+
+    def table(self_max):
+        rows = [dict(step=0, rank=0, call_index=0, call="Aten.fill_.0.forward", name=f"Aten.fill_.0.forward.{io}.0",
+                     io=io, arg="0", kind="tensor", dtype="torch.float32", shape=(4,), max=v, min=v, mean=v, norm=v)
+                for io, v in (("input", 0.0), ("output", self_max))]
+        rows += [dict(step=0, rank=0, call_index=1, call="Aten.uniform_.0.forward",
+                      name=f"Aten.uniform_.0.forward.{io}.0", io=io, arg="0", kind="tensor", dtype="torch.float32",
+                      shape=(4,), max=v, min=0.0, mean=v / 2, norm=v, producer=p)
+                 for io, v, p in (("input", self_max, "Aten.fill_.0.forward"), ("output", 0.9, ""))]
+        return coerce_calls(pd.DataFrame(rows))
+    result = quiet_compare(table(1.0), table(1.0))
+    row = result[result["name"] == "Aten.uniform_.0.forward.input.0"].iloc[0]
+    assert bool(row["uninitialised"]) and row["result"] == "pass"

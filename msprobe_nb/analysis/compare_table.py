@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprobe_nb.capture.random_apis import INPLACE_DRAWS
 from msprobe_nb.progress import bar
 
 from . import metrics as M
@@ -337,10 +338,16 @@ def _destinations(t: Any, th: Thresholds, io: np.ndarray, op: np.ndarray, arg: n
     return is_out | (valid & np.isin(key, np.array(list(dest), dtype=float)) & np.isin(io, ("input", "output")))
 
 
+#: in-place draws (``bernoulli_``, ``uniform_``, ...: Tensor methods and aten ops alike) overwrite their ``self``
+#: input without reading it: at L2 a dropout mask is drawn into ``empty_like`` memory
+_OVERWRITING_DRAWS = np.array(sorted({op for _, op in INPLACE_DRAWS}), dtype=object)
+
+
 def uninitialised_rows(t: Any, th: Thresholds) -> np.ndarray:
     """Rows that hold uninitialised memory: outputs of ``empty``-like APIs, inputs whose producer is one
-    (a tensor made by ``empty_like`` and not yet written by a recorded call), and the buffers of
-    ``Thresholds.buffer_args`` (a collective's output tensor before the call). Their values are never compared."""
+    (a tensor made by ``empty_like`` and not yet written by a recorded call), the ``self`` input of an in-place
+    draw (overwritten unread), and the buffers of ``Thresholds.buffer_args`` (a collective's output tensor
+    before the call). Their values are never compared."""
     skip = np.array(th.diverge_skip_ops, dtype=object)
     io = np.asarray(t["io"], dtype=object)
     op = np.asarray(t["op"], dtype=object)
@@ -366,6 +373,7 @@ def uninitialised_rows(t: Any, th: Thresholds) -> np.ndarray:
         inputs[np.flatnonzero(has)] = np.isin(uniq, np.array(list(made), dtype=object))[codes]
         out |= inputs & np.isin(io, ("input", "parameters"))
     out |= _destinations(t, th, io, op, arg)
+    out |= np.isin(op, _OVERWRITING_DRAWS) & (io == "input") & (arg == "0")  # whatever it held is drawn over
     if th.buffer_args:
         for b_op, b_io, b_arg in th.buffer_args:
             out |= (op == b_op) & (io == b_io) & (arg == b_arg)

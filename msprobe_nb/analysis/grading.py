@@ -204,7 +204,7 @@ def grade(t: Any, mode: str, th: Thresholds) -> tuple[np.ndarray, list[list[str]
     io = _arr(t, "io", "")
     op = _arr(t, "op", "")
     skip = np.isin(op, np.array(th.skip_ops, dtype=object))
-    live = matched & ~skip
+    live = matched & ~skip & ~_arr(t, "uninitialised", False).astype(bool)  # garbage memory: no rule applies
     tensor = live & (kind == "tensor")
 
     note = _arr(t, "match_note", "")
