@@ -15,7 +15,7 @@ __all__ = [
     "CompareError", "CompareResult", "CompareViewer", "ConfigError", "Debugger", "Dump", "DumpConfig",
     "DumpFormatError", "DumpViewer", "RandomTrace", "Thresholds", "check_determinism", "compare", "compare_on_dask",
     "find_overflow", "load", "load_config", "record", "seed_all", "trace_randomness", "__version__",
-    "Monitor", "MonitorViewer", "compare_monitors", "load_monitor", "compile_check",
+    "Monitor", "MonitorViewer", "compare_monitors", "load_monitor", "compile_check", "snapshot_setup", "compare_setups",
 ]
 
 # Everything heavy loads on first use: recording (torch) is not needed to compare, the analysis side
@@ -33,7 +33,8 @@ _LAZY = {
     "load": "msprobe_nb.store.dump", "DumpFormatError": "msprobe_nb.store.errors",
     "DumpViewer": "msprobe_nb.viewers", "CompareViewer": "msprobe_nb.viewers",
     "Monitor": "msprobe_nb.monitor", "load_monitor": "msprobe_nb.analysis.monitor_frame",
-    "compile_check": "msprobe_nb.compile_check",
+    "compile_check": "msprobe_nb.compile_check", "snapshot_setup": "msprobe_nb.setup_snapshot",
+    "compare_setups": "msprobe_nb.analysis.setup_compare",
     "compare_monitors": "msprobe_nb.analysis.monitor_compare", "MonitorViewer": "msprobe_nb.viewers.monitor_viewer",
 }
 

@@ -8,6 +8,7 @@
     msprobe-nb config [config.json] [--level mix ...] [--json]   (check what a config records)
     msprobe-nb acc-check DUMP [-o pre.csv] [--device cpu] [--target DEV] [--api NAME] [--skip NAME]
     msprobe-nb acc-compare NPU_PRE.csv GPU_PRE.csv [-o cmp.csv]   (which APIs the NPU does worse)
+    msprobe-nb setup-check A B [--rank N] [-o diff.csv] [--fail]   (what differs between two runs' set-ups)
     msprobe-nb demo [--out DIR]    (the randomness demo);  msprobe-nb --version
 
 Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
@@ -243,6 +244,24 @@ def cmd_monitor(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_setup_check(a: argparse.Namespace) -> int:
+    """Two runs' set-ups (dump folders, monitor folders, setup_rank<N>.json files): every difference."""
+    import pandas as pd
+
+    from msprobe_nb.analysis.setup_compare import compare_setups
+
+    t = compare_setups(a.a, a.b, rank=a.rank, rank_b=a.rank_b)
+    if a.output:
+        t.to_csv(a.output, index=False)
+    causes, expected = t[~t["expected"]], t[t["expected"]]
+    print(f"{len(causes)} set-up difference(s), {len(expected)} expected" + (f"; wrote {a.output}" if a.output else ""))
+    with pd.option_context("display.width", 200, "display.max_colwidth", 60, "display.max_rows", 500):
+        for title, part in (("differences", causes), ("expected (not causes)", expected)):
+            if len(part):
+                print(f"{title}:\n" + part.drop(columns="expected").to_string(index=False))
+    return 1 if a.fail and len(causes) else 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from msprobe_nb.demo import main as demo
 
@@ -254,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--framework", choices=["pytorch"], help=argparse.SUPPRESS)  # msprobe's legacy flag
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     p.add_argument("--version", action="version", version=_version())
-    sub = p.add_subparsers(dest="command", metavar="{compare,info,export,config,acc-check,acc-compare,monitor,demo}")
+    sub = p.add_subparsers(dest="command",
+                           metavar="{compare,info,export,config,acc-check,acc-compare,monitor,setup-check,demo}")
 
     c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
                        description="Compare two dumps; write msprobe's compare CSV with -o.")
@@ -331,6 +351,15 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--norm-tolerance", type=float, default=0.01, help="norm ratio off 1 by more than this parts")
     n.add_argument("--anomalies", type=int, default=10, metavar="N", help="list the first N anomalies (10)")
     n.set_defaults(func=cmd_monitor)
+
+    s = sub.add_parser("setup-check", help="what differs between two runs' set-ups (docs/setup_check.md)")
+    s.add_argument("a", help="a dump folder, monitor folder, setup_rank<N>.json or msprobe config_check pack")
+    s.add_argument("b", help="the other run's")
+    s.add_argument("--rank", type=int, help="which rank's record (default 0)")
+    s.add_argument("--rank-b", type=int, help="the rank of B's record (default: --rank)")
+    s.add_argument("-o", "--output", help="write the differences to this CSV")
+    s.add_argument("--fail", action="store_true", help="exit 1 when the set-ups differ (expected differences aside)")
+    s.set_defaults(func=cmd_setup_check)
 
     d = sub.add_parser("demo", help="record, compare and fix the randomness demo (python -m msprobe_nb.demo)")
     d.add_argument("--out", help="folder for the dumps (default: a temporary folder, removed at the end)")

@@ -146,6 +146,10 @@ class Debugger:
         model = model if model is not None else self.model
         if model is not None:
             rec.register_model(model)
+        if first and cfg.task != "acc_check":  # the set-up record (docs/setup_check.md), before any mode is on
+            from msprobe_nb.setup_snapshot import start_setup
+            self._setup = start_setup(self.dump_dir, rec.rank, model, source="Debugger",
+                                      seed_report=self._seed_report, quiet=rec.working)
         _RECORDING.append(self)
         if rec.wants_step():
             self._attach()
@@ -192,6 +196,8 @@ class Debugger:
             return
         lock.release()
         if self._made_dir and self._writer is None and self.dump_dir is not None:
+            (self.dump_dir / f"setup_rank{self._recorder.rank if self._recorder else _rank()}.json").unlink(
+                missing_ok=True)  # no dump: its set-up record goes with the folder
             try:
                 self.dump_dir.rmdir()  # only if empty: another rank's lock or file keeps it
             except OSError:
@@ -312,6 +318,8 @@ class Debugger:
         try:
             self.stop()
         finally:
+            if getattr(self, "_setup", None) is not None:
+                self._setup.remove()
             if self._recorder is not None:
                 self._recorder.remove_all_hooks()
             if self._writer is not None:

@@ -34,3 +34,11 @@ class Monitor(MonitorHooks):
             return MonitorWriter(dump_path, rank, columns, meta, on_exists=on_exists)
 
         super().__init__(model, optimizer, sink=sink, **options)
+        from msprobe_nb.setup_snapshot import start_setup  # the set-up record (docs/setup_check.md)
+        self._setup = start_setup(self.dump_path, self.rank, self.model, source="Monitor", optimizer=optimizer,
+                                  grad_scaler=self.grad_scaler)
+
+    def close(self) -> None:
+        if getattr(self, "_setup", None) is not None:
+            self._setup.remove()
+        super().close()

@@ -33,6 +33,8 @@ DETERMINISTIC_ENV: dict[str, tuple[str, str]] = {
     "CLOSE_MATMUL_K_SHIFT": ("1", "no K-axis shift in NPU matmul (bitwise-stable accumulation order)"),
     "ATB_LLM_LCOC_ENABLE": ("0", "no compute/communication overlap in ATB LLM ops (NPU)"),
 }
+#: the report of the last seed_all call in this process (None before any)
+last_report: SeedReport | None = None
 _CUBLAS_OK = (":4096:8", ":16:8")  # both make cuBLAS deterministic; keep a user's choice of either
 
 
@@ -209,6 +211,8 @@ def seed_all(seed: int = 1234, mode: bool = False, *, verbose: bool = True, warn
                 why += "; CUDA already initialised, may not affect existing handles"
             _set_env(report, name, value, why)
 
+    global last_report
+    last_report = report  # the set-up record reads it (docs/setup_check.md)
     if verbose:
         print(report.summary())
     return report

@@ -250,5 +250,24 @@ def _planted_overflow(rank: int, world: int, out: Path) -> None:
         torch.sum(h)
 
 
+def _setup_ranks(rank: int, world: int, out: Path) -> None:
+    """One DDP step recorded by the Debugger, then one watched by the Monitor: each rank on its own batch."""
+    import msprobe_nb
+    for kind in ("dump", "mon"):
+        msprobe_nb.seed_all(0, verbose=False)  # Python's and numpy's generators too: else each process its own
+        model = torch.nn.parallel.DistributedDataParallel(_tiny_model(), bucket_cap_mb=1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(100 + rank))
+        if kind == "dump":
+            with msprobe_nb.record(dump_path=str(out / kind), level="L0", model=model):
+                model(x).sum().backward()
+                opt.step()
+        else:
+            with msprobe_nb.Monitor(model, opt, dump_path=str(out / kind), alerts=False) as mon:
+                model(x).sum().backward()
+                opt.step()
+                mon.step()
+
+
 SCENARIOS = {f.__name__[1:]: f for f in (_collectives, _ddp, _monitor_ddp, _overflow_check, _planted_change,
-                                         _planted_overflow)}
+                                         _planted_overflow, _setup_ranks)}

@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "data" / "samples"
 #: capture modules the analysis layer may import: they hold plain data and import no torch
-TORCH_FREE_CAPTURE = {"msprobe_nb.capture", "msprobe_nb.capture.random_apis"}
+TORCH_FREE_CAPTURE = {"msprobe_nb.capture", "msprobe_nb.capture.random_apis", "msprobe_nb.capture.setup_env"}
 
 
 def _run(code: str) -> dict:
@@ -91,7 +91,8 @@ ALLOWED = {
     "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema",  # the calls-table contract it fills
                 "msprobe_nb.store.monitor_schema", "msprobe_nb.store.monitor_rules"),  # the monitor's, its rules
     "store": ("msprobe_nb.store", "msprobe_nb", "msprobe_nb.progress"),  # "msprobe_nb" alone: the version
-    "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis", "msprobe_nb.progress"),
+    "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis",
+                 "msprobe_nb.capture.setup_env", "msprobe_nb.progress"),  # torch-free tables
     "precheck": ("msprobe_nb.precheck", "msprobe_nb.capture", "msprobe_nb.store", "msprobe_nb.analysis",
                  "msprobe_nb.progress"),  # replays calls from dumps: torch, the capture's leaf walk
     "viewers": ("msprobe_nb.viewers", "msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.progress",

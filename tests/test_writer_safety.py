@@ -218,7 +218,7 @@ def test_a_second_process_on_the_same_dump_path_fails_at_start_or_writes_beside_
     assert d.steps == [0, 1, 2, 3, 4]
     _same_as_reference(d, reference, range(5))
     assert mp.load(tmp_path / "run_1").steps == [0, 1, 2]
-    assert sorted(p.name for p in path.iterdir()) == ["rank0.h5"]  # the lock went with its writer
+    assert sorted(p.name for p in path.iterdir()) == ["rank0.h5", "setup_rank0.json"]  # the lock went with its writer
 
 
 def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
@@ -349,7 +349,8 @@ def test_a_kill_while_the_file_is_created_leaves_no_rank_file_behind(tmp_path):
     assert not (path / "rank0.h5").exists()
     errors, dbg = _record(path, 2)
     assert not errors and dbg.dump_dir == path
-    assert mp.load(path).steps == [0, 1] and sorted(p.name for p in path.iterdir()) == ["rank0.h5"]
+    assert mp.load(path).steps == [0, 1]
+    assert sorted(p.name for p in path.iterdir()) == ["rank0.h5", "setup_rank0.json"]  # and the run's set-up
 
 
 # ------------------------------------------------------------------ 4. live reads

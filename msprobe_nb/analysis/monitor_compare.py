@@ -310,4 +310,10 @@ def compare_monitors(a: str | Path | MonitorFrame, b: str | Path | MonitorFrame,
     if norm_tolerance < 0 or not 0 <= direction_min <= 1 or band_steps < 1 or band_rtol < 0:
         raise ValueError(f"norm_tolerance must be >= 0, direction_min in 0..1, band_steps >= 1 and band_rtol >= 0, "
                          f"not {norm_tolerance!r}, {direction_min!r}, {band_steps!r}, {band_rtol!r}")
-    return MonitorComparison(load_monitor(a), load_monitor(b), norm_tolerance, direction_min, band_steps, band_rtol)
+    from .setup_compare import setup_pointer  # the runs' set-ups, when both carry a record (docs/setup_check.md)
+    ma, mb = load_monitor(a), load_monitor(b)
+    if (pointer := setup_pointer(ma.path, mb.path)) is not None:
+        print(f"msprobe_nb: {pointer}")
+    out = MonitorComparison(ma, mb, norm_tolerance, direction_min, band_steps, band_rtol)
+    out.setup_note = pointer
+    return out

@@ -1,0 +1,387 @@
+"""The set-up record: what a run was started with (environment, versions, determinism, model, optimizer, data).
+
+``collect_setup`` reads it once, cheaply: no tensor goes to the host but its hash. Each parameter, buffer
+and data tensor is hashed where it lives (:func:`tensor_hashes`: two integer sums over its bytes, exact and
+order-free, so a CPU, GPU and NPU run hash the same values alike), and the hashes come to the host in one
+copy per device. :class:`SetupWatch` completes the record of a recorded run as it goes: the first batches
+the model is called with and the optimizer at its first step (global hooks that only read, removed once
+they saw what they wait for). The store writes the record (``store/setup_store.py``), the analysis compares
+two (``analysis/setup_compare.py``); docs/setup_check.md says what is recorded and what is not.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from msprobe_nb.capture.setup_env import ENV_NAMES, ENV_PREFIXES, numerics_env
+from msprobe_nb.capture.stats import has_storage
+
+__all__ = ["DATA_BATCHES", "ENV_NAMES", "ENV_PREFIXES", "PACKAGES", "SetupWatch", "collect_setup", "data_section",
+           "model_section", "optimizer_section", "tensor_hashes"]
+
+#: distributions whose versions are read from their metadata (never imported for it)
+PACKAGES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "deepspeed", "megatron-core", "megatron-lm",
+            "mindspeed", "apex", "flash-attn", "triton", "safetensors", "tokenizers", "peft")
+#: how many of the first batches are hashed
+DATA_BATCHES = 2
+_VALUE_MAX = 1000  # characters of an environment variable or a hyper-parameter kept
+_PERIOD = 65521  # the position weights repeat with this period
+_CHUNK = _PERIOD * 64  # elements hashed at once (bounds the temporaries); a whole number of periods
+_MASK = (1 << 64) - 1
+
+
+# ------------------------------------------------------------------------------------------------ hashes
+_WEIGHTS: dict[torch.device, torch.Tensor] = {}
+
+
+def _weights(n: int, device: torch.device) -> torch.Tensor:
+    w = _WEIGHTS.get(device)
+    if w is None or w.numel() < n:
+        w = _WEIGHTS[device] = (torch.arange(max(n, 1024), device=device, dtype=torch.int64) % _PERIOD) * 2 + 1
+    return w[:n]
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as int32 words (values, not memory: views resolved, row-major)."""
+    flat = t.detach()
+    if flat.is_complex():
+        flat = torch.view_as_real(flat.resolve_conj())
+    flat = flat.resolve_neg().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    raw = flat.view(torch.uint8)
+    if raw.numel() % 4 == 0:
+        try:
+            return raw.view(torch.int32)
+        except RuntimeError:  # a misaligned storage offset
+            pass
+    return raw.to(torch.int32)
+
+
+def _sums(t: torch.Tensor) -> torch.Tensor:
+    """Two int64 sums over the words (plain, and weighted by position): exact, the same on every device."""
+    words = _words(t)
+    out = torch.zeros(2, dtype=torch.int64, device=words.device)
+    for start in range(0, words.numel(), _CHUNK):
+        w = words[start:start + _CHUNK].to(torch.int64)
+        out[0] += w.sum()
+        out[1] += (w * _weights(w.numel(), w.device)).sum()
+    return out
+
+
+def tensor_hashes(tensors: list[torch.Tensor]) -> list[str]:
+    """A hash of each tensor's values, computed on its device; one host copy per device for all of them."""
+    out: list[str] = [""] * len(tensors)
+    by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    with torch.no_grad():
+        for i, t in enumerate(tensors):
+            local = t.to_local() if hasattr(t, "to_local") else t  # DTensor: this rank's shard
+            if not isinstance(local, torch.Tensor) or not has_storage(local):
+                out[i] = "unhashable"
+                continue
+            by_device.setdefault(local.device, []).append((i, _sums(local)))
+        for items in by_device.values():
+            host = torch.stack([s for _, s in items]).cpu().tolist()
+            for (i, _), (a, b) in zip(items, host, strict=True):
+                out[i] = f"{a & _MASK:016x}{b & _MASK:016x}"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ values
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON value for a hyper-parameter, config entry or flag (tensors as numbers, tuples as lists)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value if not isinstance(value, str) else value[:_VALUE_MAX]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, torch.Tensor):
+        return _plain(value.item()) if value.numel() == 1 else f"tensor{tuple(value.shape)}"
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return [_plain(v, depth + 1) for v in value[:64]]
+    if isinstance(value, dict) and depth < 4:
+        return {str(k): _plain(v, depth + 1) for k, v in list(value.items())[:256]}
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        try:
+            return _plain(value.item(), depth)
+        except (TypeError, ValueError):
+            pass
+    return f"<{type(value).__name__}>"
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cann_version() -> str | None:
+    """CANN's version, from the toolkit's own files (ASCEND_TOOLKIT_HOME or the default install path)."""
+    homes = [os.environ.get("ASCEND_TOOLKIT_HOME"), os.environ.get("ASCEND_HOME_PATH"),
+             "/usr/local/Ascend/ascend-toolkit/latest"]
+    for home in filter(None, homes):
+        for rel in ("version.cfg", f"{platform.machine()}-linux/ascend_toolkit_install.info",
+                    "compiler/version.info"):
+            p = Path(home) / rel
+            try:
+                if p.is_file() and p.stat().st_size < 65536:
+                    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+                        key, sep, value = line.partition("=")
+                        if sep and key.strip().lower() in ("version", "toolkit_version", "runtime_running_version"):
+                            return value.strip().strip('"[]')[:100]
+            except OSError:
+                continue
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ sections
+def environment_section(rank: int, world_size: int) -> dict[str, Any]:
+    env = numerics_env(os.environ)
+    if "torch_npu" in sys.modules:
+        device = "npu"
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        device = "cpu"
+    name = platform.processor() or platform.machine()
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+    elif device == "npu":
+        try:
+            name = torch.npu.get_device_name()
+        except (AttributeError, RuntimeError):
+            pass
+    return {"env": env, "hostname": socket.gethostname(), "platform": platform.platform(),
+            "device": device, "device_name": name, "rank": int(rank), "world_size": int(world_size),
+            "torch_threads": torch.get_num_threads()}
+
+
+def versions_section() -> dict[str, Any]:
+    out: dict[str, Any] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        v = _version(name)
+        if v is not None:
+            out[name] = v
+    if torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available() and torch.backends.cudnn.is_available():
+        out["cudnn"] = torch.backends.cudnn.version()
+    cann = _cann_version()
+    if cann:
+        out["cann"] = cann
+    return out
+
+
+def _generator_digest(gen: torch.Generator) -> str:
+    return f"seed={gen.initial_seed()} state={zlib.crc32(gen.get_state().numpy().tobytes()):08x}"
+
+
+def determinism_section(seed_report: Any = None) -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    b = torch.backends
+    out: dict[str, Any] = {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn.enabled": b.cudnn.enabled, "cudnn.deterministic": b.cudnn.deterministic,
+        "cudnn.benchmark": b.cudnn.benchmark, "cudnn.allow_tf32": b.cudnn.allow_tf32,
+        "cuda.matmul.allow_tf32": b.cuda.matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": str(torch.get_default_dtype()),
+    }
+    npu = getattr(torch, "npu", None) if "torch_npu" in sys.modules else None
+    for what in ("matmul", "conv"):
+        flag = getattr(getattr(npu, what, None), "allow_hf32", None)
+        if isinstance(flag, bool):
+            out[f"npu.{what}.allow_hf32"] = flag
+    seeds = {"torch": _generator_digest(torch.default_generator),
+             "python": f"state={zlib.crc32(repr(random.getstate()).encode()):08x}",
+             "numpy": f"state={zlib.crc32(np.random.get_state()[1].tobytes()):08x}"}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        seeds["cuda"] = f"seed={torch.cuda.initial_seed()}"
+    out["seeds"] = seeds
+    if seed_report is not None:
+        out["seed_all"] = {"seed": seed_report.seed, "mode": seed_report.mode,
+                           "items": {i.what: [i.value, i.applied] for i in seed_report.items}}
+    return out
+
+
+def _describe(module: torch.nn.Module) -> str:
+    try:
+        extra = module.extra_repr()
+    except Exception:  # noqa: BLE001 - a user's extra_repr may fail; the class still says much
+        extra = "?"
+    return f"{type(module).__name__}({extra[:_VALUE_MAX]})" + ("" if module.training else " eval")
+
+
+def model_section(model: torch.nn.Module) -> dict[str, Any]:
+    """Class, config (transformers), module tree, and every parameter and buffer with the hash of its values."""
+    inner = model.module if hasattr(model, "module") and isinstance(model.module, torch.nn.Module) else model
+    out: dict[str, Any] = {"class": type(inner).__name__}
+    cfg = getattr(inner, "config", None)
+    if cfg is not None and callable(getattr(cfg, "to_dict", None)):
+        try:
+            out["config"] = {k: _plain(v) for k, v in sorted(cfg.to_dict().items())
+                             if not k.startswith("_") and k != "transformers_version"}
+        except Exception:  # noqa: BLE001 - a custom config object; the modules still say what was built
+            pass
+    out["modules"] = {name or "(root)": _describe(m) for name, m in inner.named_modules()}
+    for kind, items in (("parameters", list(inner.named_parameters())), ("buffers", list(inner.named_buffers()))):
+        tensors = [t for _, t in items]
+        hashes = tensor_hashes(tensors)
+        out[kind] = {n: {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                         "requires_grad": bool(t.requires_grad), "hash": h}
+                     for (n, t), h in zip(items, hashes, strict=True)}
+    return out
+
+
+def optimizer_section(optimizer: Any, model: torch.nn.Module | None = None, scheduler: Any = None,
+                      grad_scaler: Any = None) -> dict[str, Any]:
+    """The optimizer's class and every parameter group's hyper-parameters, the scheduler, the grad scaler."""
+    out: dict[str, Any] = {}
+    if optimizer is not None:
+        names = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
+        groups = []
+        for g in getattr(optimizer, "param_groups", []):
+            row = {k: _plain(v) for k, v in sorted(g.items()) if k != "params" and not callable(v)}
+            params = list(g.get("params", []))
+            row["params"] = len(params)
+            if names:
+                row["param_names"] = f"{zlib.crc32(' '.join(names.get(id(p), '?') for p in params).encode()):08x}"
+            groups.append(row)
+        out["class"] = type(optimizer).__name__
+        out["groups"] = groups
+    if scheduler is not None:
+        state = {}
+        try:
+            state = {k: _plain(v) for k, v in sorted(scheduler.state_dict().items())
+                     if not k.startswith("_") and not callable(v)}
+        except Exception:  # noqa: BLE001 - a scheduler without a state dict: its class alone
+            pass
+        out["scheduler"] = {"class": type(scheduler).__name__, **state}
+    if grad_scaler is not None:
+        state = {}
+        enabled = getattr(grad_scaler, "is_enabled", lambda: True)()
+        if enabled:
+            try:
+                state = {k: _plain(v) for k, v in sorted(grad_scaler.state_dict().items()) if k != "_growth_tracker"}
+            except Exception:  # noqa: BLE001
+                pass
+        out["grad_scaler"] = {"class": type(grad_scaler).__name__, "enabled": bool(enabled), **state}
+    return out
+
+
+def _leaves(value: Any, path: str, out: list, depth: int = 0) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append((path or "0", value))
+    elif depth > 6:
+        return
+    elif isinstance(value, dict) or (hasattr(value, "keys") and hasattr(value, "__getitem__")):
+        for k in list(value.keys())[:64]:
+            _leaves(value[k], f"{path}.{k}" if path else str(k), out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value[:64]):
+            _leaves(v, f"{path}.{i}" if path else str(i), out, depth + 1)
+
+
+def data_section(batches: Any) -> list[dict[str, Any]]:
+    """Each batch's tensors (found in dicts, lists, tuples): shape, dtype and the hash of the values."""
+    out = []
+    for batch in batches:
+        found: list = []
+        _leaves(batch, "", found)
+        hashes = tensor_hashes([t for _, t in found])
+        out.append({p: {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "hash": h}
+                    for (p, t), h in zip(found, hashes, strict=True)})
+    return out
+
+
+def collect_setup(*, model: Any = None, optimizer: Any = None, scheduler: Any = None, grad_scaler: Any = None,
+                  data: Any = None, seed_report: Any = None, rank: int = 0, world_size: int = 1,
+                  source: str = "snapshot_setup") -> dict[str, Any]:
+    """The whole record as plain JSON data; ``data``: an iterable of batches (the first DATA_BATCHES are hashed)."""
+    record: dict[str, Any] = {"rank": int(rank), "world_size": int(world_size), "source": source,
+                              "environment": environment_section(rank, world_size), "versions": versions_section(),
+                              "determinism": determinism_section(seed_report)}
+    if model is not None:
+        record["model"] = model_section(model)
+    if optimizer is not None or scheduler is not None or grad_scaler is not None:
+        record["optimizer"] = optimizer_section(optimizer, model, scheduler, grad_scaler)
+    if data is not None:
+        batches = list(data[:DATA_BATCHES]) if isinstance(data, (list, tuple)) else _first(data, DATA_BATCHES)
+        record["data"] = {"batches": data_section(batches)}
+    return record
+
+
+def _first(data: Any, n: int) -> list:
+    if isinstance(data, torch.Tensor):
+        return [data]
+    out = []
+    for batch in data:  # an iterator is consumed: pass a list to keep every batch for training
+        out.append(batch)
+        if len(out) == n:
+            break
+    return out
+
+
+class SetupWatch:
+    """Completes a recorded run's set-up record as the run goes: the first batches the model is called with,
+    and the optimizer at its first step. ``write(record)`` is called each time the record grows; ``quiet`` is
+    the recorder's ``working`` (the kit's own torch calls are then not recorded). Hooks only read."""
+
+    def __init__(self, record: dict, model: Any, write: Callable[[dict], Any], *, optimizer: Any = None,
+                 quiet: Callable[[], Any] | None = None, batches: int = DATA_BATCHES) -> None:
+        self.record, self._write, self._quiet = record, write, quiet or nullcontext
+        self.model, self._batches = model, batches
+        self._forward = self._step = None
+        if model is not None and "data" not in record and batches > 0:
+            self._forward = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+        if optimizer is None and "optimizer" not in record:
+            self._step = register_optimizer_step_pre_hook(self._on_step)
+
+    def _on_forward(self, _module: Any, args: Any, kwargs: Any) -> None:
+        if len(self.record.get("data", {}).get("batches", ())) >= self._batches:
+            return  # seen them all (hooks are removed at remove(): torch runs them from the dict being changed)
+        with self._quiet(), self._guard("data"):
+            batch = {"args": list(args), **({"kwargs": kwargs} if kwargs else {})}
+            got = self.record.setdefault("data", {"batches": []})["batches"]
+            got.extend(data_section([batch]))
+            self._write(self.record)
+
+    def _on_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        if "optimizer" in self.record:
+            return
+        with self._quiet(), self._guard("optimizer"):
+            self.record["optimizer"] = optimizer_section(optimizer, self.model)
+            self._write(self.record)
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """The training never fails for the record: an error is noted in it (``errors``) instead."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - a hook must not break the user's step
+            self.record.setdefault("errors", []).append(f"{what}: {type(exc).__name__}: {exc}"[:_VALUE_MAX])
+
+    def remove(self) -> None:
+        for h in (self._forward, self._step):
+            if h is not None:
+                h.remove()
+        self._forward = self._step = None
