@@ -114,7 +114,7 @@ def scale_relative_errors(t: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return err, scale, en, np.where(masked, np.nan, bn)
 
 
-def _floor_u(t: Any, side: str, pair: np.ndarray, tensor: np.ndarray, floor: str) -> np.ndarray:
+def _floor_u(u_row: np.ndarray, pair: np.ndarray, tensor: np.ndarray, floor: str) -> np.ndarray:
     """Per row, the unit roundoff of its side's working precision: the coarsest floating dtype that side
     computes in within the (step, rank) pair (``floor="auto"``), a named dtype, or none."""
     if floor == "none":
@@ -122,7 +122,9 @@ def _floor_u(t: Any, side: str, pair: np.ndarray, tensor: np.ndarray, floor: str
     if floor != "auto":
         name = floor if floor.startswith("torch.") else {v: k for k, v in SHORT.items()}.get(floor, floor)
         return np.full(len(pair), UNIT_ROUNDOFF[name])
-    u = np.where(tensor, unit_roundoff(t[f"{side}_dtype"]), np.nan)
+    u = np.where(tensor, u_row, np.nan)
+    if len(pair) and pair.min() == pair.max():  # one (step, rank) pair: no grouping
+        return np.full(len(pair), np.nan_to_num(np.nanmax(u, initial=0.0) if (~np.isnan(u)).any() else 0.0))
     s = pd.Series(u).groupby(pair).max()
     return np.nan_to_num(s.reindex(pair).to_numpy(dtype=float), nan=0.0)
 
@@ -139,13 +141,23 @@ def _last_dim(shapes: np.ndarray) -> np.ndarray:
     return n[codes]
 
 
+_GROUPS: dict[int, tuple] = {}  # codes array -> its sort order, during one assess() (reduceat beats .at)
+
+
 def _by(codes: np.ndarray, n: int, values: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
-    """Per call code, the max or sum of ``values`` over rows in ``mask`` (0 where none)."""
+    """Per call code, the max or sum of ``values`` (never negative) over rows in ``mask`` (0 where none)."""
     v = np.where(mask, np.nan_to_num(values, nan=0.0), 0.0)
     if how == "sum":
         return np.bincount(codes, weights=v, minlength=n)
     out = np.zeros(n)
-    np.maximum.at(out, codes[mask], v[mask])
+    g = _GROUPS.get(id(codes))
+    if g is None or g[0] is not codes:
+        order = np.argsort(codes, kind="stable")
+        sc = codes[order]
+        starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]]) if len(sc) else np.zeros(0, dtype=np.int64)
+        g = _GROUPS[id(codes)] = (codes, order, starts, sc[starts])
+    if len(g[1]):
+        out[g[3]] = np.maximum.reduceat(v[g[1]], g[2])
     return out
 
 
@@ -273,6 +285,13 @@ def assess(t: Any, tolerance: float = 3.0, floor: str = "auto") -> dict[str, np.
     ``bound_ratio`` (output error / bound, the worse of the two channels: elementwise scale and norm) and
     ``verdict`` ('within precision', 'anomalous', or '' for rows not judged: inputs, values, unmatched rows,
     module calls). A row is anomalous when its ratio exceeds ``tolerance``."""
+    try:
+        return _assess(t, tolerance, floor)
+    finally:
+        _GROUPS.clear()
+
+
+def _assess(t: Any, tolerance: float, floor: str) -> dict[str, np.ndarray]:
     from .grading import INPUT_IO, OUTPUT_IO
     n = len(t["match"])
     io = np.asarray(t["io"], dtype=object)
@@ -290,8 +309,9 @@ def assess(t: Any, tolerance: float = 3.0, floor: str = "auto") -> dict[str, np.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         e, s, en, norm = scale_relative_errors(t)
         e = np.where((np.asarray(t["err"], dtype=float) == np.inf) & tensor, np.inf, e)
-        u_n = np.fmax(np.nan_to_num(unit_roundoff(t["npu_dtype"])), _floor_u(t, "npu", pair, tensor, floor))
-        u_b = np.fmax(np.nan_to_num(unit_roundoff(t["bench_dtype"])), _floor_u(t, "bench", pair, tensor, floor))
+        un_row, ub_row = unit_roundoff(t["npu_dtype"]), unit_roundoff(t["bench_dtype"])
+        u_n = np.fmax(np.nan_to_num(un_row), _floor_u(un_row, pair, tensor, floor))
+        u_b = np.fmax(np.nan_to_num(ub_row), _floor_u(ub_row, pair, tensor, floor))
         numel = _numel(t["npu_shape"])
         in_numel = _by(codes, nc, numel, is_in, "max")
         red = np.fmax(1.0, in_numel[codes] / numel)  # elements reduced into one output element
@@ -407,13 +427,12 @@ def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np
     out = np.full(len(ccall), -1, dtype=np.int64)
     if not cbwd.any():
         return out
+    key: dict = {}
+    for i, k in enumerate(zip(cpair.tolist(), ccall.tolist())):
+        key.setdefault(k, i)
     b = np.flatnonzero(cbwd)
-    fwd_name = pd.Series(ccall[b], dtype=object).str.replace(r"\.backward(?=(\.\d+)?$)", ".forward", regex=True)
-    key = pd.MultiIndex.from_arrays([cpair, pd.Series(ccall, dtype=object)])
-    got = key.get_indexer(pd.MultiIndex.from_arrays([cpair[b], fwd_name])) if key.is_unique else \
-        pd.Series(np.arange(len(ccall)), index=key).groupby(level=[0, 1]).first().reindex(
-            pd.MultiIndex.from_arrays([cpair[b], fwd_name])).fillna(-1).to_numpy(dtype=np.int64)
-    out[b] = got
+    out[b] = [key.get((p, str(c).replace(".backward", ".forward")), -1)
+              for p, c in zip(cpair[b].tolist(), ccall[b].tolist())]
     return out
 
 
