@@ -192,3 +192,34 @@ def test_the_self_input_of_an_in_place_draw_is_never_compared_whoever_made_it():
     result = quiet_compare(table(1.0), table(1.0))
     row = result[result["name"] == "Aten.uniform_.0.forward.input.0"].iloc[0]
     assert bool(row["uninitialised"]) and row["result"] == "pass"
+
+
+# ------------------------------------------------------------------------------- a call one side only makes
+def llama(layers=2):
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16,
+                                   attn_implementation="eager")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).train()
+
+
+def scaled_logits_step(scale):
+    def step(model):
+        ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+        logits = model(ids).logits
+        if scale:
+            logits = torch.mul(logits, 1.001)  # EXTRA CALL
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+    return step
+
+
+@pytest.mark.parametrize("extra_on", ["bench", "npu"])
+def test_a_call_made_by_one_run_only_is_the_root_whichever_run_makes_it(tmp_path, extra_on):
+    """The bench scales the logits by 1.001 (1e-3 relative: under the tolerance once the bench is the
+    reference, so only the gradients show it); with the sides swapped the NPU does."""
+    npu = record(tmp_path / "npu", llama(), scaled_logits_step(extra_on == "npu"), level="L1")
+    bench = record(tmp_path / "bench", llama(), scaled_logits_step(extra_on == "bench"), level="L1")
+    d = quiet_compare(npu, bench).first_divergence()
+    assert d is not None and d.call == "Torch.mul.0.forward" and d.kind == "extra", d
+    assert f"made in the {'bench' if extra_on == 'bench' else 'NPU'} run only" in d.message
+    assert d.frame and d.frame.startswith(__file__) and "EXTRA CALL" in (d.frame_source or ""), d

@@ -53,6 +53,7 @@ class _Context:
     stack_ids: dict | None = None
     precision: Precision = field(default_factory=Precision)
     noisy: Any = None  #: the (step, rank) pairs judged by the precision model (pair ids), see precision_model
+    gathered_stacks: dict | None = None  #: (call, step, rank) -> frames, for rows compared elsewhere (Dask)
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -202,12 +203,13 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
 
 
 def gathered_result(rows: pd.DataFrame, *, mode: str, thresholds: Thresholds | dict | None, pairs: pd.DataFrame,
-                    unpaired: pd.DataFrame, notes: list[str]) -> CompareResult:
+                    unpaired: pd.DataFrame, notes: list[str], stacks: dict | None = None) -> CompareResult:
     """A CompareResult over rows compared elsewhere and gathered (the Dask path): its methods work on them;
-    without the dumps it has no stacks and no tensors."""
+    without the dumps it has no tensors, and only the NPU stacks in ``stacks`` ((call, step, rank) -> frames)."""
     res = CompareResult(rows)
     empty = rows.iloc[:0]
-    res._ctx = _Context(mode, _Side(empty), _Side(empty), _thresholds(thresholds), pairs, unpaired, list(notes))
+    res._ctx = _Context(mode, _Side(empty), _Side(empty), _thresholds(thresholds), pairs, unpaired, list(notes),
+                        gathered_stacks=dict(stacks or {}))
     return res
 
 
@@ -364,19 +366,21 @@ class CompareResult(pd.DataFrame):
         return summarize_calls(pd.DataFrame(self))
 
     # -- divergence
-    def _stack_of(self, call: str, step: int, rank: int) -> list[str]:
-        """Frames recorded for an NPU call ([] when none)."""
-        dump = self._ctx.npu.dump
+    def _stack_of(self, call: str, step: int, rank: int, side: str = "npu") -> list[str]:
+        """Frames recorded for an NPU call (``side="bench"``: a bench call, its own step and rank); [] when none."""
+        dump = (self._ctx.npu if side == "npu" else self._ctx.bench).dump
         if dump is None:
-            return []
+            gathered = (getattr(self._ctx, "gathered_stacks", None) or {}) if side == "npu" else {}
+            return list(gathered.get((call, int(step), int(rank)), []))
         ctx = self._ctx
-        if getattr(ctx, "stack_ids", None) is None:  # from the whole NPU table: a selection of rows shares ctx
-            c = ctx.npu.calls
+        key = "stack_ids" if side == "npu" else "bench_stack_ids"
+        if getattr(ctx, key, None) is None:  # from the side's whole table: a selection of rows shares ctx
+            c = (ctx.npu if side == "npu" else ctx.bench).calls
             t = c.loc[c["stack_id"] >= 0, ["call", "step", "rank", "stack_id"]].drop_duplicates(["call", "step",
                                                                                                    "rank"])
-            ctx.stack_ids = dict(zip(zip(t["call"], t["step"].astype(int), t["rank"].astype(int)),
-                                     t["stack_id"].astype(int)))
-        sid = ctx.stack_ids.get((call, int(step), int(rank)))
+            setattr(ctx, key, dict(zip(zip(t["call"], t["step"].astype(int), t["rank"].astype(int)),
+                                       t["stack_id"].astype(int))))
+        sid = getattr(ctx, key).get((call, int(step), int(rank)))
         frames = getattr(dump, "stack_frames", None)
         if isinstance(frames, dict):
             return list(frames.get(sid, [])) if sid is not None else []

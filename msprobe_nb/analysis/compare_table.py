@@ -169,6 +169,7 @@ def build_table(nc: pd.DataFrame, bc: pd.DataFrame, m: Any, mode: str, th: Thres
         cols["npu_data_name"], cols["bench_data_name"] = both("data_name", _obj, "")
     cols["npu_stack_id"] = _take(nc["stack_id"].to_numpy(dtype=np.int64), ni, -1)
     cols["producer"] = _take(_obj(nc["producer"]), ni, "")
+    cols["bench_producer"] = _take(_obj(bc["producer"]), bi, "")
     cols["tensor_id"] = _take(nc["tensor_id"].to_numpy(dtype=float, na_value=np.nan), ni, np.nan)
     cols["parent"] = _take(_obj(nc["parent"]), ni, "")
     cols["npu_rng_state"], cols["bench_rng_state"] = both("rng_state", _obj, "")

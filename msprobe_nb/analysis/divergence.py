@@ -144,6 +144,7 @@ def _one_sided_arguments(g: pd.DataFrame) -> np.ndarray:
 
 
 def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, mode: str) -> Divergence | None:
+    full = g  # with the bench-only rows, for a call only the bench run makes
     one = _one_sided_arguments(g)
     if one.any():  # bench-only argument rows stay, placed at their call's position in the NPU run
         g = g.copy()
@@ -187,6 +188,8 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
         c0, rows0 = drawn, np.flatnonzero(codes == drawn)
     extra = None if drawn is not None or not in_div[c0] else _extra_behind(c0, rows0, div, is_in, producer,
                                                                                           codes, code_of, g)
+    if extra is None and drawn is None and in_div[c0]:  # a backward: who consumed its forward's output?
+        extra = code_of.get(_consumer_only(full, str(uniq[c0]), "npu") or "")
     if extra is not None:
         consumer, c0, rows0 = str(uniq[c0]), extra, np.flatnonzero(codes == extra)
     root = str(uniq[c0])
@@ -194,6 +197,12 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
     prev = str(uniq[c0 - 1]) if c0 > 0 else None
     bad_in = rows0[div[rows0] & is_in[rows0]]
     own_args = len(bad_in) > 0 and bool(np.all(kinds[bad_in] == "value"))
+    if drawn is None and extra is None and len(bad_in) and not own_args:
+        bench_extra = _bench_extra(full, g, root, bad_in, ci, stack_of)
+        if bench_extra is not None:
+            later, rows = _chain(codes, uniq, c0, div, is_in, producer, g, ci)
+            bench_extra.chain, bench_extra.chain_table = [root] + later, pd.DataFrame(rows)
+            return bench_extra
 
     if extra is not None:
         kind = "extra"
@@ -333,6 +342,84 @@ def _extra_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray
                 seen.add(q)
                 todo.append(q)
     return found
+
+
+def _bench_extra(full: pd.DataFrame, g: pd.DataFrame, consumer: str, bad_in: np.ndarray, ci: np.ndarray,
+                 stack_of: Callable | None) -> Divergence | None:
+    """A call made in the bench run only behind ``consumer``'s diverging inputs, as a divergence: the earliest
+    bench-only call in the chain of the bench run's producers of those inputs (the mirror of
+    :func:`_extra_behind`; the bench scaling its logits by 1.001 is a code difference, whichever side has it)."""
+    if "bench_producer" not in full.columns or "bench_call" not in full.columns:
+        return None
+    match = full["match"].astype(object).to_numpy()
+    bcall = full["bench_call"].astype(object).fillna("").to_numpy()
+    only = set(bcall[match == "bench_only"]) - set(bcall[match != "bench_only"]) - {""}
+    if not only:
+        return None
+    bprod = full["bench_producer"].astype(object).fillna("").to_numpy()
+    bci = full["bench_call_index"].to_numpy(dtype=np.int64, na_value=-1)
+    is_in = np.isin(full["io"].astype(object).to_numpy(), INPUT_IO)
+    found, todo = None, [p for p in dict.fromkeys(g["bench_producer"].astype(object).fillna("").to_numpy()[bad_in])
+                         if p in only]
+    seen = set(todo)
+    while todo and len(seen) < 256:
+        p = todo.pop(0)
+        at = np.flatnonzero(bcall == p)
+        if found is None or bci[at].min() < bci[bcall == found].min():
+            found = p
+        for q in bprod[at[is_in[at]]]:
+            if q in only and q not in seen:
+                seen.add(q)
+                todo.append(q)
+    if found is None:
+        found = _consumer_only(full, consumer, "bench")
+    if found is None:
+        return None
+    fwd = forward_of(found)
+    root = fwd if fwd in only else found  # a backward made by the bench only: its forward is the code that differs
+    at = np.flatnonzero(bcall == root)
+    after = (match == "matched") & (bci > bci[at].min())
+    cidx = full["call_index"].to_numpy(dtype=np.int64, na_value=-1)
+    where = int(cidx[after].min()) if after.any() else int(ci.max())
+    step, rank = int(full["step"].iat[at[0]]), int(full["rank"].iat[at[0]])
+    bstep = int(full["bench_step"].iat[at[0]]) if "bench_step" in full.columns else step
+    brank = int(full["bench_rank"].iat[at[0]]) if "bench_rank" in full.columns else rank
+    stack: list[str] = []
+    if stack_of is not None:
+        try:
+            stack = list(stack_of(root, bstep, brank, side="bench") or [])
+        except TypeError:  # a stack source that knows the NPU run only
+            stack = []
+    frame, src = user_frame(stack)
+    msg = (f"this call is made in the bench run only (the NPU run has no such call), and what it produces "
+           f"reaches {consumer}, whose inputs diverge: the two runs' code differs here")
+    return Divergence(call=root, step=step, rank=rank, call_index=where, kind="extra", message=msg,
+                      rows=full.iloc[:0][["name", "io", "err"]].reset_index(drop=True), frame=frame, frame_source=src,
+                      stack=stack, previous_call=None, modules=[])
+
+
+def _consumer_only(full: pd.DataFrame, call: str, side: str) -> str | None:
+    """For a backward ``call`` (whose gradient inputs have no recorded producer): the earliest call made on
+    ``side`` only that consumed its forward's output there. Its backward is what sent the diverging gradient."""
+    fwd = forward_of(call)
+    col, prod_col, label = ("call", "producer", "npu_only") if side == "npu" else \
+        ("bench_call", "bench_producer", "bench_only")
+    if fwd is None or prod_col not in full.columns or col not in full.columns:
+        return None
+    match = full["match"].astype(object).to_numpy()
+    names = full[col].astype(object).fillna("").to_numpy()
+    if side == "bench":  # the bench run's name of the forward
+        at = np.flatnonzero((full["call"].astype(object).to_numpy() == fwd) & (match == "matched"))
+        if not len(at):
+            return None
+        fwd = names[at[0]]
+    only = (match == label) & ~np.isin(names, names[match == "matched"])
+    hit = only & (full[prod_col].astype(object).fillna("").to_numpy() == fwd) & \
+        np.isin(full["io"].astype(object).to_numpy(), INPUT_IO)
+    if not hit.any():
+        return None
+    idx = full["call_index" if side == "npu" else "bench_call_index"].to_numpy(dtype=np.int64, na_value=-1)
+    return str(names[np.flatnonzero(hit)[np.argmin(idx[hit])]])
 
 
 def _arg_label(g: pd.DataFrame, i: int) -> str:
