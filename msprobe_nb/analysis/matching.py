@@ -82,7 +82,7 @@ def _read_mapping_file(path: Path) -> dict:
         except json.JSONDecodeError as e:
             raise MatchError(f"mapping file {path}: invalid JSON ({e})") from None
     try:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
     except ImportError:
         return _mini_yaml(text, path)
     try:
@@ -226,7 +226,10 @@ def match_rows(npu: pd.DataFrame, bench: pd.DataFrame, *, fuzzy: bool = False, m
                rank_map: dict | None = None, step_map: dict | None = None) -> Matched:
     """Align the rows of two calls tables (outer join, NPU execution order, bench-only rows interleaved)."""
     pairs, unpaired, notes = pair_groups(npu, bench, rank_map, step_map)
-    n_sel, n_pair, b_sel, b_pair = [], [], [], []
+    n_sels: list[np.ndarray] = []
+    b_sels: list[np.ndarray] = []
+    n_pairs: list[np.ndarray] = []
+    b_pairs: list[np.ndarray] = []
     n_groups = npu.groupby(["step", "rank"], sort=False).indices
     b_groups = bench.groupby(["step", "rank"], sort=False).indices
     n_ci, b_ci = npu["call_index"].to_numpy(), bench["call_index"].to_numpy()
@@ -234,10 +237,12 @@ def match_rows(npu: pd.DataFrame, bench: pd.DataFrame, *, fuzzy: bool = False, m
         ni, bi = n_groups[(s, r)], b_groups[(bs, br)]
         ni = ni[np.lexsort((ni, n_ci[ni]))]  # execution order, recorded order on ties
         bi = bi[np.lexsort((bi, b_ci[bi]))]
-        n_sel.append(ni), b_sel.append(bi)
-        n_pair.append(np.full(len(ni), p)), b_pair.append(np.full(len(bi), p))
-    n_sel, b_sel = np.concatenate(n_sel), np.concatenate(b_sel)
-    n_pair, b_pair = np.concatenate(n_pair), np.concatenate(b_pair)
+        n_sels.append(ni)
+        b_sels.append(bi)
+        n_pairs.append(np.full(len(ni), p))
+        b_pairs.append(np.full(len(bi), p))
+    n_sel, b_sel = np.concatenate(n_sels), np.concatenate(b_sels)
+    n_pair, b_pair = np.concatenate(n_pairs), np.concatenate(b_pairs)
 
     n_call, b_call = _strs(npu["call"])[n_sel], _strs(bench["call"])[b_sel]
     n_name, b_name = _strs(npu["name"])[n_sel], _strs(bench["name"])[b_sel]
@@ -262,10 +267,10 @@ def match_rows(npu: pd.DataFrame, bench: pd.DataFrame, *, fuzzy: bool = False, m
     bctr = _renumber(b_upair, bbc, bc, bd, fuzzy)
     if mapped_call.any():  # an explicitly mapped call takes the bench call's key as is
         bkey = {(int(p), c): (int(x), int(y)) for p, c, x, y in zip(b_upair, b_uc, bbc, bctr)}
-        for i in np.flatnonzero(mapped_call):
-            hit = bkey.get((int(n_upair[i]), renamed[i]))
+        for ci in np.flatnonzero(mapped_call):
+            hit = bkey.get((int(n_upair[ci]), renamed[ci]))
             if hit is not None:
-                nbc[i], nctr[i] = hit
+                nbc[ci], nctr[ci] = hit
 
     suf_codes, _ = pd.factorize(np.concatenate([n_suf, b_suf]))
     n_key, b_key = _combine([n_pair, nbc[n_inst], nctr[n_inst], suf_codes[: len(n_suf)]],
@@ -286,8 +291,8 @@ def match_rows(npu: pd.DataFrame, bench: pd.DataFrame, *, fuzzy: bool = False, m
                     notes_by_row[i] = f"mapped to bench row {target}, which is not in the bench dump"
                 else:
                     n_key[i] = b_key[j]
-        for i in np.flatnonzero(mapped_call[n_inst]):
-            notes_by_row.setdefault(int(i), f"matched through the mapping as {renamed[n_inst[i]]}")
+        for row in np.flatnonzero(mapped_call[n_inst]):
+            notes_by_row.setdefault(int(row), f"matched through the mapping as {renamed[n_inst[row]]}")
 
     # a name recorded twice on one side pairs with the other side's second one, never a cross product
     n_key, b_key = _combine([n_key, _repeats(n_key)], [b_key, _repeats(b_key)])
@@ -347,7 +352,7 @@ def _renumber(pair: np.ndarray, base: np.ndarray, counter: np.ndarray, direction
 def _combine(npu_parts: list[np.ndarray], bench_parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """One int64 key per row from several integer columns, coded jointly over both sides."""
     n = len(npu_parts[0])
-    key = None
+    key: np.ndarray | None = None
     for a, b in zip(npu_parts, bench_parts):
         col = np.concatenate([a, b]).astype(np.int64)
         col = col - col.min(initial=0)
@@ -355,6 +360,7 @@ def _combine(npu_parts: list[np.ndarray], bench_parts: list[np.ndarray]) -> tupl
             key = col
         else:
             key, _ = pd.factorize(key * (int(col.max(initial=0)) + 1) + col)
+    assert key is not None, "_combine needs at least one column"
     return key[:n].astype(np.int64), key[n:].astype(np.int64)
 
 

@@ -30,6 +30,7 @@ import os
 import sys
 import weakref
 import zlib
+from types import FrameType, ModuleType
 from typing import Any
 
 import torch
@@ -77,7 +78,7 @@ def op_name(func, default: str) -> str:
     aliases = _ALIASES.get(default)
     if aliases is None:
         return default
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     for _ in range(12):  # the mode's handler, torch's override dispatch, the alias and its decorators
         if f is None:
             break
@@ -97,14 +98,22 @@ def caller(frame):
     return f if f is not None else frame
 
 
+def _c10d_module() -> ModuleType:
+    """``torch.distributed.distributed_c10d``; raises where this torch build has no distributed support (the
+    callers catch it and record no group)."""
+    if _c10d is None:
+        raise RuntimeError("torch.distributed is not available")
+    return _c10d
+
+
 def group_record(group) -> RecordedValue | None:
     """A process group as msprobe writes it: ``{"type": "torch.ProcessGroup", "group_ranks": [...],
     "group_id": crc32 of the ranks' text}``; None when it cannot be resolved (not initialised)."""
     try:
         if isinstance(group, str):  # a functional collective's group name
-            group = _c10d._resolve_process_group(group)
+            group = _c10d_module()._resolve_process_group(group)
         elif group is None:
-            group = _c10d._get_default_group()
+            group = _c10d_module()._get_default_group()
         ranks = _dist.get_process_group_ranks(group)
     except Exception:
         return None
@@ -139,13 +148,16 @@ _SIGNATURES: dict[Any, inspect.Signature | None] = {}
 
 
 def _signature(func) -> inspect.Signature | None:
-    sig = _SIGNATURES.get(func, False)
-    if sig is False:
-        try:
-            sig = inspect.signature(func)
-        except (TypeError, ValueError):
-            sig = None
-        _SIGNATURES[func] = sig
+    try:
+        return _SIGNATURES[func]
+    except KeyError:
+        pass
+    sig: inspect.Signature | None
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        sig = None
+    _SIGNATURES[func] = sig
     return sig
 
 
@@ -220,7 +232,7 @@ class Collectives:
                     pos = [_described(v) for v in pos]
                     kw = {k: _described(v) for k, v in kw.items()}
                     group = kw.get("group") if isinstance(kw.get("group"), RecordedValue) else group_record(None)
-                extra = {} if "group" in kw or group is None else {"group": group}
+                extra: dict[str, Any] = {} if "group" in kw or group is None else {"group": group}
                 peer = self._peer(op, kwargs)
                 if peer is not None:
                     extra["peer"] = peer
@@ -267,7 +279,8 @@ class Collectives:
         peer = kwargs.get(keys[0])
         if peer is None and kwargs.get(keys[1]) is not None:
             try:
-                peer = _dist.get_global_rank(kwargs.get("group") or _c10d._get_default_group(), kwargs[keys[1]])
+                peer = _dist.get_global_rank(kwargs.get("group") or _c10d_module()._get_default_group(),
+                                             kwargs[keys[1]])
             except Exception:
                 return None
         return peer if isinstance(peer, int) else None

@@ -50,6 +50,7 @@ def _bench_dtype_name(dtype: str, exact: bool) -> str:
 def _grade(cls: ApiClass, o: Output, ref_error: str) -> S.Grade:
     """The grade of one output by its class's standard (the benchmark method falls back to thousandths
     when there is no reference kernel)."""
+    assert o.device is not None and o.bench is not None, "an output without a note has both sides' values"
     dev, bench = o.device, S.saturate(o.bench, o.dtype)
     if cls.standard in ("binary", "cast") or dev.dtype.kind in "iub" or bench.dtype.kind in "iub":
         g = S.binary(dev.astype(np.float64), bench.astype(np.float64), o.dtype)

@@ -83,7 +83,7 @@ def decode_value(vtype: str, text: str) -> Any:
     """A non-tensor leaf from its recorded type and JSON text. Raises :class:`Unresolvable` for values that
     were recorded as a description only (an object's repr, a generator)."""
     try:
-        v = json.loads(text) if text else None
+        v: Any = json.loads(text) if text else None  # any JSON value; each type below says which it expects
     except json.JSONDecodeError as exc:
         raise Unresolvable(f"value {text!r} of type {vtype} is not JSON: {exc}") from None
     if vtype in ("int", "bool", "str"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -56,6 +56,10 @@ class Replay:
     ref_error: str = ""
 
 
+@overload
+def as_array(t: torch.Tensor) -> np.ndarray: ...
+@overload
+def as_array(t: Any) -> np.ndarray | None: ...
 def as_array(t: Any) -> np.ndarray | None:
     """A tensor's values as numpy (floats as float64, ints as int64, bools as uint8)."""
     if not isinstance(t, torch.Tensor):

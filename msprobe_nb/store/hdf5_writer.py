@@ -205,9 +205,9 @@ class DumpWriter:
         if self._groups["strings"].length == 0:
             self._strings = {"": 0}
             self._new_strings.append("")
-        for s in self._new_shapes:
-            if self._shape_ids.get(s, -1) >= self._groups["shapes"].length:  # not committed after all
-                del self._shape_ids[s]
+        for shape in self._new_shapes:
+            if self._shape_ids.get(shape, -1) >= self._groups["shapes"].length:  # not committed after all
+                del self._shape_ids[shape]
         del self._new_shapes[:]
 
     # -- column conversion -----------------------------------------------------------------
@@ -315,13 +315,13 @@ class DumpWriter:
                     arr = np.fromiter((False if is_missing(v) else bool(v) for v in values), bool, count=n)
                 return arr.astype(np.uint8)
             if dtype == "Int64":
-                arr = np.asarray(values) if isinstance(values, np.ndarray) else None
-                if arr is None or arr.dtype.kind not in "iu":
+                ints = np.asarray(values) if isinstance(values, np.ndarray) else None
+                if ints is None or ints.dtype.kind not in "iu":
                     return nullable(values, n, INT_NA, np.int64, exact_int)
-                arr = arr.astype(np.int64)
-                if arr.size and arr.min() == INT_NA:
+                ints = ints.astype(np.int64)
+                if ints.size and ints.min() == INT_NA:
                     raise ValueError(f"value {INT_NA} is reserved for <NA>")
-                return arr
+                return ints
             if dtype == "boolean":
                 return nullable(values, n, -1, np.int8, bool)
         except ValueError as e:
@@ -389,7 +389,7 @@ class DumpWriter:
                     raise ValueError(f"column {col!r} disagrees with the writer ({col}={want}); leave it out")
         cols = {c: self._convert(c, columns[c], n) if c in columns else self._default(c, n) for c in STORED_COLUMNS}
 
-        new_stacks = []
+        new_stacks: list[tuple[int, list[int]]] = []
         for sid, frames in stacks.items():
             sid = int(sid)
             if sid in self._stack_ids or any(sid == s for s, _ in new_stacks):
@@ -413,6 +413,7 @@ class DumpWriter:
 
     def _write(self, step: int, p: dict[str, Any], flags: int = 0) -> None:
         f, g = self._file, self._groups
+        assert f is not None, "append() checks that the writer is open"
         staged = {"calls": g["calls"].stage({f"calls/{c}": a for c, a in p["cols"].items()})}
         if self._new_strings:
             enc = [s.encode("utf-8", "surrogatepass") for s in self._new_strings]
