@@ -141,7 +141,7 @@ def _last_dim(shapes: np.ndarray) -> np.ndarray:
     return n[codes]
 
 
-_GROUPS: dict[int, tuple] = {}  # codes array -> its sort order, during one assess() (reduceat beats .at)
+_GROUPS: dict[Any, tuple] = {}  # codes array -> its sort order, during one assess() (reduceat beats .at)
 
 
 def _by(codes: np.ndarray, n: int, values: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
@@ -193,13 +193,15 @@ def _propagate(e: np.ndarray, s: np.ndarray, codes: np.ndarray, nc: int, cl: np.
     ae = e * s
     sum_ae, max_ae = _by(codes, nc, ae, is_in, "sum"), _by(codes, nc, ae, is_in, "max")
     sum_e, max_e = _by(codes, nc, e, is_in, "sum"), _by(codes, nc, e, is_in, "max")
-    max_s = _by(codes, nc, s, is_in, "max")
     ae_norm = _by(codes, nc, ae / sigma, is_in, "max")
-    min_pos = _by(codes, nc, np.where(bmin > 0, bmin, s), x0, "max")
-    out_e, out_s = _by(codes, nc, e, is_out, "max"), _by(codes, nc, s, is_out, "max")
-    w_s = _by(codes, nc, s, is_in & (arg != "0"), "max")
-    x_s, x_ae = _by(codes, nc, s, x0, "max"), _by(codes, nc, ae, x0, "max")
-    x_sigma = _by(codes, nc, sigma, x0, "max")
+    out_e = _by(codes, nc, e, is_out, "max")
+    x_ae = _by(codes, nc, ae, x0, "max")
+    cached = _GROUPS.get(("scales", id(s)))  # what depends on the scales only: once per scale array
+    if cached is None or cached[0] is not s:
+        cached = _GROUPS[("scales", id(s))] = (s, _by(codes, nc, s, is_in, "max"), _by(
+            codes, nc, np.where(bmin > 0, bmin, s), x0, "max"), _by(codes, nc, s, is_out, "max"), _by(
+            codes, nc, s, is_in & (arg != "0"), "max"), _by(codes, nc, s, x0, "max"), _by(codes, nc, sigma, x0, "max"))
+    max_s, min_pos, out_s, w_s, x_s, x_sigma = cached[1:]
     has_f = fwd >= 0
     fi = np.where(has_f, fwd, 0)
     f_e = np.where(has_f, np.fmax(max_e[fi], out_e[fi]), 0.0)
@@ -427,12 +429,17 @@ def _forward_codes(ccall: np.ndarray, cbwd: np.ndarray, cpair: np.ndarray) -> np
     out = np.full(len(ccall), -1, dtype=np.int64)
     if not cbwd.any():
         return out
+    b = np.flatnonzero(cbwd)
+    names = pd.Series(ccall[b], dtype=object).str.replace(".backward", ".forward", regex=False).to_numpy(dtype=object)
+    if len(cpair) and cpair.min() == cpair.max():  # one (step, rank) pair: an index of call names
+        idx = pd.Index(pd.Series(ccall, dtype=object))
+        if idx.is_unique:
+            out[b] = idx.get_indexer(pd.Series(names, dtype=object))
+            return out
     key: dict = {}
     for i, k in enumerate(zip(cpair.tolist(), ccall.tolist())):
         key.setdefault(k, i)
-    b = np.flatnonzero(cbwd)
-    out[b] = [key.get((p, str(c).replace(".backward", ".forward")), -1)
-              for p, c in zip(cpair[b].tolist(), ccall[b].tolist())]
+    out[b] = [key.get((p, c), -1) for p, c in zip(cpair[b].tolist(), names.tolist())]
     return out
 
 
