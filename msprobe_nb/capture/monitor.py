@@ -353,7 +353,9 @@ class MonitorHooks:
         if hist and self._bounds is not None:
             extra["hist"] = histograms(ts, self._bounds)
         norms = cpu_norms_host(runs) if norms is None else norms
-        counts = nonfinite_counts(ts, norms)[:, self._count_sel] if self._count_sel else None
+        counts = nonfinite_counts(ts, norms) if self._count_sel else None
+        if counts is not None and self._count_sel != [0, 1]:
+            counts = counts[:, self._count_sel]
         self._pending[kind] = [(names, norms.reshape(-1, 1), counts, extra)]
 
     def _grad_list(self) -> list[torch.Tensor | None]:
@@ -454,6 +456,8 @@ class MonitorHooks:
                     parts.append(extra["signs"][0])
                 layout.append((kind, names, extra, slots))
         loss_at = scale_at = None
+        if isinstance(loss, torch.Tensor) and loss.is_cpu and loss.numel() == 1:
+            loss = float(loss)  # on the host already: read now (no copy to batch)
         if isinstance(loss, torch.Tensor):
             loss_at = len(parts)
             parts.append(loss.detach().float().reshape(-1)[:1])

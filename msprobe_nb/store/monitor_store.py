@@ -147,6 +147,7 @@ class MonitorWriter:
         self._kind = {k: i for i, k in enumerate(KINDS)}
         self._len = dict.fromkeys(_TABLES, 0)
         self._last: tuple | None = None  # (names, ids, kinds, ids) of the last step: most steps repeat them
+        self._last_scalars: tuple | None = None  # (scalar names, their ids) of the last step
         self._index_alloc = self._commits = 0
         self.steps_written = 0
 
@@ -225,7 +226,11 @@ class MonitorWriter:
         rows[:, 1] = kind_ids
         rows[:, 2:] = values
         sc = np.empty((len(scalars), 2))
-        sc[:, 0] = np.fromiter((intern(n) for n in scalars), np.float64, len(scalars))
+        keys = list(scalars)
+        if self._last_scalars is not None and self._last_scalars[0] == keys:  # most steps: the same scalars
+            sc[:, 0] = self._last_scalars[1]
+        else:
+            sc[:, 0] = np.fromiter((intern(n) for n in keys), np.float64, len(keys))
         sc[:, 1] = np.fromiter(scalars.values(), np.float64, len(scalars))
         self._pending: dict[str, int] = {}
         try:
@@ -256,6 +261,7 @@ class MonitorWriter:
         self._commits += 1
         self._len.update(self._pending)
         self._last = (list(names), name_ids, list(kinds), kind_ids)
+        self._last_scalars = (keys, sc[:, 0].copy())
         self.steps_written += 1
 
     def _reserve_index(self) -> None:
