@@ -11,7 +11,8 @@
     msprobe-nb setup-check A B [--rank N] [-o diff.csv] [--fail]   (what differs between two runs' set-ups)
     msprobe-nb demo [--out DIR]    (the randomness demo);  msprobe-nb --version
 
-Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback).
+Exit codes: 0 done, 1 ``--fail-on`` matched, 2 bad input (message on stderr, no traceback), 3 compare: most
+rows of either dump found no partner (different models or steps? the comparison says little).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 PROG = "msprobe-nb"
+#: compare's exit code when most rows of either dump found no partner: the dumps may be of different models
+EXIT_UNMATCHED = 3
 
 
 class UsageError(Exception):
@@ -104,6 +107,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
         _print_random_trace(res)
         if out is not None:
             print(f"wrote {out}")
+    if res.mostly_unmatched:
+        return EXIT_UNMATCHED
     return _fail_code(res.counts(), a.fail_on)
 
 
@@ -277,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                            metavar="{compare,info,export,config,acc-check,acc-compare,monitor,setup-check,demo}")
 
     c = sub.add_parser("compare", help="compare an NPU dump with a bench dump",
-                       description="Compare two dumps; write msprobe's compare CSV with -o.")
+                       description="Compare two dumps; write msprobe's compare CSV with -o.",
+                       epilog="exit codes: 0 done; 1 --fail-on matched; 2 bad input; 3 most rows of either dump "
+                              "found no partner (different models or steps?)")
     c.add_argument("npu", nargs="?", help="NPU (target) dump: .h5 file, msprobe dump folder or dump.json")
     c.add_argument("bench", nargs="?", help="bench (golden) dump")
     c.add_argument("-tp", "--target_path", help=argparse.SUPPRESS)

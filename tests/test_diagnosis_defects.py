@@ -223,3 +223,41 @@ def test_a_call_made_by_one_run_only_is_the_root_whichever_run_makes_it(tmp_path
     assert d is not None and d.call == "Torch.mul.0.forward" and d.kind == "extra", d
     assert f"made in the {'bench' if extra_on == 'bench' else 'NPU'} run only" in d.message
     assert d.frame and d.frame.startswith(__file__) and "EXTRA CALL" in (d.frame_source or ""), d
+
+
+# ------------------------------------------------------------------------------- mostly unmatched dumps
+def deep_mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[m for _ in range(12) for m in (torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                                                torch.nn.GELU())])
+
+
+def small_mlp():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8))
+
+
+def mlp_step(model):
+    return model(torch.randn(4, 8, generator=torch.Generator().manual_seed(1))).square().mean()
+
+
+def test_two_unrelated_dumps_with_a_small_bench_are_said_to_be_mostly_unmatched(tmp_path, capsys):
+    from msprobe_nb.cli import main
+    from msprobe_nb.viewers.compare_viewer import CompareViewer
+
+    npu = record(tmp_path / "npu", deep_mlp(), mlp_step, level="L1")
+    bench = record(tmp_path / "bench", small_mlp(), mlp_step, level="L1")
+    with pytest.warns(UserWarning, match="NPU rows have no bench counterpart"):
+        res = compare(npu, bench)
+    c = res.counts()
+    assert c["unmatched"] > 0.8 * c["rows"]  # the bench is small: all of it matches, most of the NPU run does not
+    assert res.mostly_unmatched and any("no bench counterpart" in n for n in res.notes)
+    header = CompareViewer(res)._header_html()
+    assert "warning:" in header and "no bench counterpart" in header
+    assert main(["compare", str(tmp_path / "npu"), str(tmp_path / "bench"), "-q"]) == 3
+    # the same run against itself is neither warned about nor a failure
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = compare(npu, record(tmp_path / "npu2", deep_mlp(), mlp_step, level="L1"))
+    assert not same.mostly_unmatched
+    assert main(["compare", str(tmp_path / "npu"), str(tmp_path / "npu2"), "-q"]) == 0

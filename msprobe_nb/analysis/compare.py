@@ -53,6 +53,7 @@ class _Context:
     stack_ids: dict | None = None
     precision: Precision = field(default_factory=Precision)
     noisy: Any = None  #: the (step, rank) pairs judged by the precision model (pair ids), see precision_model
+    unmatched_warning: str = ""  #: set when most rows of either side found no partner (see mostly_unmatched)
     gathered_stacks: dict | None = None  #: (call, step, rank) -> frames, for rows compared elsewhere (Dask)
 
 
@@ -175,9 +176,13 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     b_rows = int((t["match"] != "npu_only").sum())
     n_matched = int((t["match"] == "matched").sum())
     said: list[str] = []  # notes a user must see at once, not only in the viewer or the CLI
-    if n_matched < 0.5 * min(n_rows, b_rows):
-        said.append(f"only {n_matched} of {n_rows} NPU rows and {b_rows} bench rows matched: are these dumps of "
-                    "the same model and step? fuzzy=True or a mapping may pair more")
+    mostly = [f"{n - n_matched:,} of {n:,} {side} rows have no {other} counterpart"  # either side, not the smaller
+              for side, other, n in (("NPU", "bench", n_rows), ("bench", "NPU", b_rows)) if n_matched < 0.5 * n]
+    unmatched_warning = ""
+    if mostly:
+        unmatched_warning = (f"{'; '.join(mostly)} (only {n_matched:,} rows matched): are these dumps of the same "
+                             "model and step? fuzzy=True or a mapping may pair more")
+        said.append(unmatched_warning)
     if _same_dump(npu, bench, n_side, b_side):
         said.append("the NPU and bench dumps are the same dump: every call agrees by construction")
     notes += said
@@ -194,7 +199,8 @@ def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, ma
     t["reasons"][:] = reasons
     t["result"] = t["msprobe_result"]
     res = CompareResult(result_frame(t))
-    res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes, precision=prec, noisy=noisy)
+    res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes, precision=prec, noisy=noisy,
+                        unmatched_warning=unmatched_warning)
     _one_verdict(res, th)
     _quiet_noise(res)
     for note in said + [n for n in notes if "without a counterpart" in n]:
@@ -347,6 +353,12 @@ class CompareResult(pd.DataFrame):
     def unpaired(self) -> pd.DataFrame:
         """(side, step, rank, rows) of groups that had no counterpart and were not compared."""
         return self._ctx.unpaired.copy()
+
+    @property
+    def mostly_unmatched(self) -> bool:
+        """Most rows of either side found no partner: the dumps may be of different models or steps (compare
+        warns, the viewer's header says so, the CLI exits 3)."""
+        return bool(getattr(self._ctx, "unmatched_warning", ""))
 
     @property
     def unmatched(self) -> pd.DataFrame:

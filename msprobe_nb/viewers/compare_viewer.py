@@ -293,8 +293,14 @@ class CompareViewer(BaseViewer):
         if counts:
             parts.append(" · " + ", ".join(f"{v:,} {k}" for k, v in counts.items()))
         parts.append("</span>")
+        ctx = getattr(self.result, "_ctx", None)
+        loud = str(getattr(ctx, "unmatched_warning", "") or "")  # the dumps may not be of one model: said first
+        if loud:
+            parts.append(f"<br><span style='font-size:12px;color:#b03a2e;font-weight:bold'>warning: "
+                         f"{html.escape(loud)}</span>")
         for n in getattr(self.result, "notes", []) or []:
-            parts.append(f"<br><span style='font-size:12px;color:#7d6608'>note: {html.escape(str(n))}</span>")
+            if str(n) != loud:
+                parts.append(f"<br><span style='font-size:12px;color:#7d6608'>note: {html.escape(str(n))}</span>")
         return "".join(parts) + self.answer_html()
 
     def answer(self) -> dict[str, Any]:
