@@ -121,7 +121,7 @@ def _as_seed(key: str, value: Any) -> int | None:
             value = int(text)
         except ValueError:
             raise _bad(key, value, f"an int in 0..{SEED_MAX}, or none") from None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= SEED_MAX:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= SEED_MAX:
         raise _bad(key, value, f"an int in 0..{SEED_MAX}, or none")
     return int(value)
 
@@ -162,7 +162,7 @@ def _as_ids(key: str, value: Any) -> list[int]:
             if b - a >= _MAX_IDS:
                 raise _bad(key, value, allowed + f" (range {text!r} is too long)")
             out.update(range(a, b + 1))
-        elif isinstance(item, numbers.Integral) and not isinstance(item, bool) and item >= 0:
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool) and int(item) >= 0:
             out.add(int(item))
         else:
             raise _bad(key, value, allowed)
@@ -233,9 +233,9 @@ class DumpConfig:
         self.extra = dict(self.extra)
 
     @staticmethod
-    def _check_data_mode(modes: list[str]) -> list[str]:
+    def _check_data_mode(modes: builtins.list[str]) -> builtins.list[str]:
         allowed = '["all"] or a combination of "forward", "backward", "input", "output"'
-        clean: list[str] = []
+        clean: builtins.list[str] = []
         for m in modes:
             if m.strip().lower() not in DATA_MODES:
                 raise _bad("data_mode", modes, allowed)

@@ -83,11 +83,11 @@ BY_NAME = {o.name: o for o in OPTIONS}
 def argument_specs() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     """(flags, argparse keyword arguments) of every shell option, for ``add_argument`` and the magics'
     ``argument`` decorator alike. Bool flags store True (``--no-stack`` stores False into ``stack``)."""
-    specs = []
+    specs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     for o in OPTIONS:
         if not o.shell:
             continue
-        flags = (o.cli_flag, o.short) if o.short else (o.cli_flag,)
+        flags: tuple[str, ...] = (o.cli_flag, o.short) if o.short else (o.cli_flag,)
         kw: dict[str, Any] = {"dest": o.name, "help": o.help_text(), "default": None}
         if o.kind == "bool":
             kw["action"] = "store_const"

@@ -146,7 +146,7 @@ class Dump:
 
     def load_tensor(self, data_name: str, step: int, rank: int) -> Any:
         """Whole tensor by its data_name in (step, rank), straight from the loader (no table lookup)."""
-        loader = self._parts.tensor_loader
+        loader: Any = self._parts.tensor_loader  # a callable; some take step/rank, some know their keys (``in``)
         if loader is None:
             raise KeyError(f"{self.source}: this dump has no tensor data")
         if _takes_step_rank(loader):

@@ -14,7 +14,9 @@ import time
 import warnings
 from contextlib import suppress
 from pathlib import Path
+from types import ModuleType
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows: locks are O_EXCL files
@@ -30,6 +32,14 @@ def _holds_dump(path: Path) -> list[Path]:
     if not path.is_dir():
         return []
     return sorted(p for p in path.iterdir() if RANK_FILE_RE.match(p.name) and p.is_file())
+
+
+def _file_rank(name: str) -> int:
+    """The rank in a kit rank file's name (one that ``_holds_dump`` listed)."""
+    m = RANK_FILE_RE.match(name)
+    if m is None:
+        raise ValueError(f"{name!r} is not a rank file name")
+    return int(m.group(1))
 
 
 class DumpInUseError(FileExistsError):
@@ -69,7 +79,8 @@ class DumpLock:
     """
 
     def __init__(self, path: Path, fd: int | None) -> None:
-        self.path, self._fd = path, fd
+        self.path: Path | None = path
+        self._fd = fd
 
     @classmethod
     def claim(cls, dump_dir: str | Path, rank: int = 0) -> DumpLock:
@@ -228,7 +239,7 @@ def claim_dump_dir(path: str | Path, on_exists: str = "new", rank: int = 0) -> t
     if old and on_exists == "overwrite":
         kept = []
         for p in old:
-            r = int(RANK_FILE_RE.match(p.name).group(1))
+            r = _file_rank(p.name)
             if r != rank and lock_held(path, r):
                 kept.append(p.name)  # another rank, being written now: not an old dump
             else:

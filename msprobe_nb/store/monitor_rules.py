@@ -58,7 +58,7 @@ class Alert:
 class AlertRules:
     """Running windows of many series, indexed by small integer ids, and the rules above over them."""
 
-    def __init__(self, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
+    def __init__(self, warmup: int = int(THRESHOLDS["warmup"]), window: int = int(THRESHOLDS["window"]),
                  spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
                  direction_drop: float = THRESHOLDS["direction_drop"],
                  spike_floor: float = THRESHOLDS["spike_floor"]) -> None:

@@ -47,10 +47,11 @@ def _step_of(folder: Path) -> int | None:
 
 
 def _rank_dirs_of_step(step_dir: Path, step: int) -> list[RankDir]:
-    subs = [d for d in step_dir.iterdir() if d.is_dir() and (d / "dump.json").is_file() and _rank_of(d)]
-    ranked = sorted((d for d in subs if _RANK_RE.fullmatch(d.name)), key=lambda d: _rank_of(d)[0])
+    rank_of = {d: r for d in step_dir.iterdir() if d.is_dir() and (d / "dump.json").is_file() and (r := _rank_of(d))}
+    subs = list(rank_of)
+    ranked = sorted((d for d in subs if _RANK_RE.fullmatch(d.name)), key=lambda d: rank_of[d][0])
     procs = sorted(d for d in subs if _PROC_RE.fullmatch(d.name))
-    out = [RankDir(d / "dump.json", step, _rank_of(d)[0]) for d in ranked]
+    out = [RankDir(d / "dump.json", step, rank_of[d][0]) for d in ranked]
     if procs and not ranked:
         for i, d in enumerate(procs):
             out.append(RankDir(d / "dump.json", step, i, [
@@ -74,9 +75,10 @@ def find_rank_dirs(path: str | Path) -> list[RankDir]:
     found = _rank_dirs_of_step(p, 0 if step is None else step)
     if found:
         return found
-    steps = sorted((d for d in p.iterdir() if d.is_dir() and _step_of(d) is not None), key=_step_of)
-    for d in steps:
-        found.extend(_rank_dirs_of_step(d, _step_of(d)))
+    steps = sorted(((n, d) for d in p.iterdir() if d.is_dir() and (n := _step_of(d)) is not None),
+                   key=lambda nd: nd[0])
+    for n, d in steps:
+        found.extend(_rank_dirs_of_step(d, n))
     if not found:
         raise DumpFormatError(
             f"{p}: no msprobe dump found (expected dump.json, rank*/dump.json or step*/rank*/dump.json)")

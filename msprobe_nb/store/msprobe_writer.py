@@ -333,10 +333,11 @@ def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> 
             written: dict[str, Path | None] = {}  # source key -> first file written (shared tensors are copied)
             for key, _, target in files:
                 if key in written:
-                    if written[key] is None:
+                    first = written[key]
+                    if first is None:
                         missing.append(str(target.relative_to(out)))
-                    elif written[key] != target:
-                        shutil.copyfile(written[key], target)
+                    elif first != target:
+                        shutil.copyfile(first, target)
                     continue
                 try:
                     value = dump.load_tensor(key, step=step, rank=rank)
