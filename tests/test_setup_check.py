@@ -264,3 +264,16 @@ def test_msprobe_config_check_pack_is_read_where_its_format_allows(base: Path, t
     bad.write_bytes(pack.read_bytes()[:40])
     with pytest.raises(DumpFormatError, match="broken.zip"):
         mp.compare_setups(base, bad)
+
+
+def test_the_compare_viewer_opens_on_the_set_up_differences(base: Path, tmp_path: Path):
+    pytest.importorskip("ipywidgets", reason="the viewer's widget needs ipywidgets")
+    other = _train(tmp_path / "b", betas=(0.9, 0.99))
+    viewer = mp.CompareViewer(mp.compare(base, other, progress=False))
+    assert list(viewer.setup["item"]) == ["group 0 betas"]
+    assert viewer.widget is not None
+    tabs = viewer._w["tabs"]
+    assert tabs.titles[tabs.selected_index] == "Set-up" and "group 0 betas" in viewer._w["setup"].value
+    same = mp.CompareViewer(mp.compare(base, base, progress=False))
+    assert same.widget is not None
+    assert same.setup is not None and same.setup.empty and "Set-up" not in same._w["tabs"].titles

@@ -19,7 +19,7 @@ import pandas as pd
 from msprobe_nb.capture.random_apis import RANDOM_APIS
 from msprobe_nb.capture.setup_env import numerics_env
 
-__all__ = ["COLUMNS", "GROUPS", "compare_setups", "load_setup", "setup_pointer"]
+__all__ = ["COLUMNS", "GROUPS", "compare_setups", "load_setup", "setup_differences", "setup_pointer"]
 
 COLUMNS = ["group", "item", "a", "b", "expected", "note"]
 GROUPS = ("environment", "versions", "determinism", "model", "optimizer", "data", "randomness")
@@ -51,6 +51,9 @@ ENV_NOTES = {
     "CUDA_LAUNCH_BLOCKING": "synchronous launches: timing only, unless code races",
     "PYTHONHASHSEED": "another str hashing: set and dict orders of strings differ",
 }
+#: notes for the generators' states at start
+SEED_NOTES = {"python": "other draws of Python's random module (shuffling, augmentation), if the run makes any",
+              "numpy": "other draws of numpy's global generator (shuffling, augmentation), if the run makes any"}
 #: environment variables that differ between machines by nature
 _EXPECTED_ENV = re.compile(r"(_PATH|_HOME|_DIR|_ROOT|_VISIBLE_DEVICES|_IFNAME|_IF_IP|_ADDR|_PORT|_DEBUG|_LOG_LEVEL|"
                            r"_LOGS?|_SOCKET_FAMILY|_HOSTNAME|_DEVICE_ID|_RANK_ID|LOCAL_RANK|_TOKEN)$")
@@ -170,7 +173,7 @@ def _determinism_rows(r: _Rows, a: dict, b: dict) -> None:
     r.flat("determinism", flags_a, flags_b, NOTES["determinism"],
            expected=lambda k, va, vb: k.startswith("npu.") and (va is None or vb is None))
     r.flat("determinism", da.get("seeds", {}), db.get("seeds", {}), NOTES["seeds"], "seed ",
-           lambda k, va, vb: k == "cuda" and (va is None or vb is None))
+           lambda k, va, vb: k == "cuda" and (va is None or vb is None), SEED_NOTES)
     sa, sb = da.get("seed_all") or {}, db.get("seed_all") or {}
     keys = ("seed", "mode")
     r.flat("determinism", {k: sa.get(k) for k in keys if sa}, {k: sb.get(k) for k in keys if sb}, NOTES["seeds"],
@@ -273,16 +276,23 @@ def compare_setups(a: Any, b: Any, *, rank: int | None = None, rank_b: int | Non
     return out
 
 
-def setup_pointer(a: Any, b: Any) -> str | None:
-    """One line for compare() and compare_monitors() when both runs carry a set-up record and they differ;
-    None when either has none (or it cannot be read: the compare itself goes on)."""
+def setup_differences(a: Any, b: Any) -> pd.DataFrame | None:
+    """``compare_setups`` of two dumps' or monitor records' folders (or files in them) when both carry a set-up
+    record; None when either has none or it cannot be read (what compares the runs goes on without it)."""
     try:
         ta, tb = (Path(x) for x in (a, b))
         ta, tb = (p if p.is_dir() else p.parent for p in (ta, tb))
         if not any(ta.glob("setup_rank*.json")) or not any(tb.glob("setup_rank*.json")):
             return None
-        diff = compare_setups(ta, tb)
+        return compare_setups(ta, tb)
     except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def setup_pointer(a: Any, b: Any) -> str | None:
+    """One line for compare() and compare_monitors() when the runs' set-ups differ (expected differences aside)."""
+    diff = setup_differences(a, b)
+    if diff is None:
         return None
     causes = diff[~diff["expected"]]
     if not len(causes):

@@ -13,18 +13,20 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 import socket
 import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from msprobe_nb.capture.host_arrays import numpy_view
 from msprobe_nb.capture.setup_env import ENV_NAMES, ENV_PREFIXES, numerics_env
 from msprobe_nb.capture.stats import has_storage
 
@@ -37,20 +39,21 @@ PACKAGES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "deepsp
 #: how many of the first batches are hashed
 DATA_BATCHES = 2
 _VALUE_MAX = 1000  # characters of an environment variable or a hyper-parameter kept
-_PERIOD = 65521  # the position weights repeat with this period
-_CHUNK = _PERIOD * 64  # elements hashed at once (bounds the temporaries); a whole number of periods
+_PERIOD = 65521  # the position weights (2 * (i % _PERIOD) + 1) repeat with this period
 _MASK = (1 << 64) - 1
 
 
 # ------------------------------------------------------------------------------------------------ hashes
-_WEIGHTS: dict[torch.device, torch.Tensor] = {}
+_WEIGHTS: dict[Any, Any] = {}
 
 
-def _weights(n: int, device: torch.device) -> torch.Tensor:
+def _weights(device: Any) -> Any:
+    """The position weights of one period, as int64 (numpy for the host, a tensor on ``device`` otherwise)."""
     w = _WEIGHTS.get(device)
-    if w is None or w.numel() < n:
-        w = _WEIGHTS[device] = (torch.arange(max(n, 1024), device=device, dtype=torch.int64) % _PERIOD) * 2 + 1
-    return w[:n]
+    if w is None:
+        w = np.arange(_PERIOD, dtype=np.int64) * 2 + 1
+        w = _WEIGHTS[device] = w if device == "numpy" else torch.from_numpy(w).to(device)
+    return w
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -70,19 +73,38 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return raw.to(torch.int32)
 
 
-def _sums(t: torch.Tensor) -> torch.Tensor:
-    """Two int64 sums over the words (plain, and weighted by position): exact, the same on every device."""
-    words = _words(t)
-    out = torch.zeros(2, dtype=torch.int64, device=words.device)
-    for start in range(0, words.numel(), _CHUNK):
-        w = words[start:start + _CHUNK].to(torch.int64)
-        out[0] += w.sum()
-        out[1] += (w * _weights(w.numel(), w.device)).sum()
-    return out
+def _sums_host(words: np.ndarray) -> tuple[int, int]:
+    """The two sums on the host, in numpy (torch's integer reductions on the CPU are several times slower):
+    the words' column sums over rows of one period, then the weights applied once to those."""
+    n = words.size
+    w = _weights("numpy")
+    if n < _PERIOD:
+        x = words.astype(np.int64)
+        return int(np.add.reduce(x)), int(np.dot(x, w[:n]))
+    full = n - n % _PERIOD
+    cols = np.add.reduce(words[:full].reshape(-1, _PERIOD), axis=0, dtype=np.int64)
+    cols[:n - full] += words[full:]
+    return int(np.add.reduce(cols)), int(np.dot(cols, w))
+
+
+def _sums_device(words: torch.Tensor) -> torch.Tensor:
+    """The same two sums on the tensor's device, as a 2-element int64 tensor (no host copy)."""
+    n, w = words.numel(), _weights(words.device)
+    if n < _PERIOD:
+        x = words.to(torch.int64)
+        return torch.stack([x.sum(), (x * w[:n]).sum()])
+    full = n - n % _PERIOD
+    cols = words[:full].view(-1, _PERIOD).sum(0, dtype=torch.int64)
+    if n > full:
+        cols[:n - full] += words[full:].to(torch.int64)
+    return torch.stack([cols.sum(), (cols * w).sum()])
 
 
 def tensor_hashes(tensors: list[torch.Tensor]) -> list[str]:
-    """A hash of each tensor's values, computed on its device; one host copy per device for all of them."""
+    """A hash of each tensor's values: two int64 sums over its 32-bit words, plain and weighted by position
+    (``2 * (i % 65521) + 1``), modulo 2**64. Exact integer sums do not depend on the order of reduction, so every
+    device computes the same hash of the same values; it is computed where the tensor lives (numpy on the host,
+    torch on an accelerator, whose results come to the host in one copy per device)."""
     out: list[str] = [""] * len(tensors)
     by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
     with torch.no_grad():
@@ -91,7 +113,12 @@ def tensor_hashes(tensors: list[torch.Tensor]) -> list[str]:
             if not isinstance(local, torch.Tensor) or not has_storage(local):
                 out[i] = "unhashable"
                 continue
-            by_device.setdefault(local.device, []).append((i, _sums(local)))
+            words = _words(local)
+            if words.device.type == "cpu":
+                a, b = _sums_host(numpy_view(words))
+                out[i] = f"{a & _MASK:016x}{b & _MASK:016x}"
+            else:
+                by_device.setdefault(words.device, []).append((i, _sums_device(words)))
         for items in by_device.values():
             host = torch.stack([s for _, s in items]).cpu().tolist()
             for (i, _), (a, b) in zip(items, host, strict=True):
@@ -122,11 +149,29 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return f"<{type(value).__name__}>"
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+_DIST = re.compile(r"^([A-Za-z0-9_.]+?)-([^-]+?)\.(?:dist-info|egg-info)$")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(names: tuple[str, ...]) -> dict[str, str]:
+    """Versions of the distributions ``names`` from their ``*.dist-info`` folder names on sys.path (first one
+    wins, as for imports): one listing per path entry, where importlib.metadata parses each METADATA file
+    (about 20 ms a package, and a scan of every path entry for one that is not installed)."""
+    want = {_norm(n): n for n in names}
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            listing = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for item in listing:
+            m = _DIST.match(item)
+            if m and (key := _norm(m.group(1))) in want and want[key] not in found:
+                found[want[key]] = m.group(2)
+    return {n: found[n] for n in names if n in found}
 
 
 def _cann_version() -> str | None:
@@ -165,17 +210,15 @@ def environment_section(rank: int, world_size: int) -> dict[str, Any]:
             name = torch.npu.get_device_name()
         except (AttributeError, RuntimeError):
             pass
-    return {"env": env, "hostname": socket.gethostname(), "platform": platform.platform(),
+    system = f"{platform.system()} {platform.release()} {platform.machine()}"  # not platform(): it reads libc
+    return {"env": env, "hostname": socket.gethostname(), "platform": system,
             "device": device, "device_name": name, "rank": int(rank), "world_size": int(world_size),
             "torch_threads": torch.get_num_threads()}
 
 
 def versions_section() -> dict[str, Any]:
     out: dict[str, Any] = {"python": platform.python_version()}
-    for name in PACKAGES:
-        v = _version(name)
-        if v is not None:
-            out[name] = v
+    out.update(_installed(PACKAGES))
     if torch.version.cuda:
         out["cuda"] = torch.version.cuda
     if torch.cuda.is_available() and torch.backends.cudnn.is_available():
@@ -193,7 +236,6 @@ def _generator_digest(gen: torch.Generator) -> str:
 def determinism_section(seed_report: Any = None) -> dict[str, Any]:
     import random
 
-    import numpy as np
     b = torch.backends
     out: dict[str, Any] = {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -213,7 +255,8 @@ def determinism_section(seed_report: Any = None) -> dict[str, Any]:
             out[f"npu.{what}.allow_hf32"] = flag
     seeds = {"torch": _generator_digest(torch.default_generator),
              "python": f"state={zlib.crc32(repr(random.getstate()).encode()):08x}",
-             "numpy": f"state={zlib.crc32(np.random.get_state()[1].tobytes()):08x}"}
+             "numpy": f"state={zlib.crc32(np.random.get_state()[1].tobytes()):08x}" if "numpy.random" in sys.modules
+             else "not imported"}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         seeds["cuda"] = f"seed={torch.cuda.initial_seed()}"
     out["seeds"] = seeds

@@ -404,7 +404,30 @@ class CompareViewer(BaseViewer):
         if "rank" in self.table.columns and self.table["rank"].nunique() > 1:
             w["ranks"] = W.VBox([W.HTML("<p>open this tab for the rank x step grid of verdicts</p>")])
             tabs.append(("Ranks", w["ranks"]))
+        if self.setup is not None and len(self.setup):  # the runs' set-up differences (docs/setup_check.md)
+            w["setup"] = W.HTML(self.setup.to_html(index=False, escape=True))
+            tabs.append(("Set-up", w["setup"]))
         return tabs
+
+    @property
+    def widget(self):
+        """The widget; it opens on the Set-up tab when the runs' set-ups differ (the first thing to look at)."""
+        built = self._shell is not None
+        box = super().widget
+        if not built and "setup" in self._w:
+            tabs = self._w["tabs"]
+            tabs.selected_index = list(tabs.children).index(self._w["setup"])
+        return box
+
+    @property
+    def setup(self) -> pd.DataFrame | None:
+        """The two runs' set-up differences (``compare_setups``), None when either dump has no set-up record."""
+        if not hasattr(self, "_setup"):
+            from msprobe_nb.analysis.setup_compare import setup_differences
+            ctx = getattr(self.result, "_ctx", None)
+            sides = [getattr(getattr(ctx, side, None), "source", "") for side in ("npu", "bench")]
+            self._setup = setup_differences(*sides) if all(sides) else None
+        return self._setup
 
     def open_rank(self, rank: int, step: int) -> CompareViewer:
         """Show that rank's calls of that step, the detail on that rank's first divergence there (what a click
