@@ -144,18 +144,24 @@ def _last_dim(shapes: np.ndarray) -> np.ndarray:
 _GROUPS: dict[Any, tuple] = {}  # codes array -> its sort order, during one assess() (reduceat beats .at)
 
 
-def _by(codes: np.ndarray, n: int, values: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
-    """Per call code, the max or sum of ``values`` (never negative) over rows in ``mask`` (0 where none)."""
-    v = np.where(mask, np.nan_to_num(values, nan=0.0), 0.0)
-    if how == "sum":
-        return np.bincount(codes, weights=v, minlength=n)
-    out = np.zeros(n)
+def _groups(codes: np.ndarray) -> tuple:
+    """(codes, stable sort order, start of each code's run in it, the codes present), cached."""
     g = _GROUPS.get(id(codes))
     if g is None or g[0] is not codes:
         order = np.argsort(codes, kind="stable")
         sc = codes[order]
         starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]]) if len(sc) else np.zeros(0, dtype=np.int64)
         g = _GROUPS[id(codes)] = (codes, order, starts, sc[starts])
+    return g
+
+
+def _by(codes: np.ndarray, n: int, values: np.ndarray, mask: np.ndarray, how: str) -> np.ndarray:
+    """Per call code, the max or sum of ``values`` (never negative) over rows in ``mask`` (0 where none)."""
+    v = np.where(mask, np.nan_to_num(values, nan=0.0), 0.0)
+    if how == "sum":
+        return np.bincount(codes, weights=v, minlength=n)
+    out = np.zeros(n)
+    g = _groups(codes)
     if len(g[1]):
         out[g[3]] = np.maximum.reduceat(v[g[1]], g[2])
     return out
@@ -166,23 +172,20 @@ def _calls(t: Any, n: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.
     from .grading import _call_codes
     codes = _call_codes(t)
     nc = int(codes.max(initial=-1)) + 1
+    g = _groups(codes)
     first = np.full(nc, n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n))
+    first[g[3]] = g[1][g[2]]  # a stable sort: the first row of each call
     calls = np.asarray(t["call"], dtype=object)
     op = np.asarray(t["op"], dtype=object) if "op" in t else np.full(n, "", dtype=object)
     ccall = calls[first]
-    ucalls, uc = pd.factorize(ccall)
-    uop = pd.Series(op[first]).groupby(ucalls).first().to_numpy(dtype=object) if nc else np.array([], dtype=object)
-    ocodes, uops = pd.factorize(pd.Series(uop, dtype=object).fillna(""))
+    ocodes, uops = pd.factorize(pd.Series(op[first], dtype=object).fillna(""))
     by_op = np.array([op_class(str(o)) for o in uops] + ["other"], dtype=object)[ocodes]
-    module = pd.Series(np.asarray(uc, dtype=object), dtype=object).str.startswith(("Module.", "Cell.")).to_numpy(
-        dtype=bool) if len(uc) else np.zeros(0, dtype=bool)
-    cls_u = np.append(np.where(module, "composite", by_op), "other").astype(object)
-    bwd_u = np.append(pd.Series(np.asarray(uc, dtype=object), dtype=object).str.contains(".backward", regex=False)
-                      .to_numpy(dtype=bool) if len(uc) else np.zeros(0, dtype=bool), False)
+    names = pd.Series(ccall, dtype=object)
+    module = names.str.startswith(("Module.", "Cell.")).to_numpy(dtype=bool) if nc else np.zeros(0, dtype=bool)
+    ccls = np.where(module, "composite", by_op).astype(object)
+    cbwd = names.str.contains(".backward", regex=False).to_numpy(dtype=bool) if nc else np.zeros(0, dtype=bool)
     pair = np.asarray(t["pair"], dtype=np.int64) if "pair" in t else np.zeros(n, dtype=np.int64)
-    cbwd = bwd_u[ucalls]
-    return codes, nc, first, cls_u[ucalls], cbwd, _forward_codes(ccall, cbwd, pair[first])
+    return codes, nc, first, ccls, cbwd, _forward_codes(ccall, cbwd, pair[first])
 
 
 def _propagate(e: np.ndarray, s: np.ndarray, codes: np.ndarray, nc: int, cl: np.ndarray, bw: np.ndarray,
