@@ -277,3 +277,23 @@ def test_the_compare_viewer_opens_on_the_set_up_differences(base: Path, tmp_path
     same = mp.CompareViewer(mp.compare(base, base, progress=False))
     assert same.widget is not None
     assert same.setup is not None and same.setup.empty and "Set-up" not in same._w["tabs"].titles
+
+
+def test_the_hash_is_of_the_values_and_the_same_on_every_path():
+    """Host (numpy) and device (torch) sums agree, so a CPU, GPU and NPU run hash alike; one changed value and a
+    permutation each change the hash; views hash as their values."""
+    from msprobe_nb.capture import setup_record as s
+    from msprobe_nb.capture.host_arrays import numpy_view
+    g = torch.Generator().manual_seed(3)
+    for n in (1, 7, 65521, 3 * 65521 + 5):
+        w = s._words(torch.randn(n, generator=g))
+        assert s._sums_host(numpy_view(w)) == tuple(s._sums_device(w).tolist())
+    x = torch.randn(4, 300, generator=g)
+    h = s.tensor_hashes([x])[0]
+    y = x.clone()
+    y[2, 17] = torch.nextafter(y[2, 17], torch.tensor(1e9))
+    assert s.tensor_hashes([y, x.flip(1), x.t().contiguous().t(), x.clone()]) == [
+        s.tensor_hashes([y])[0], s.tensor_hashes([x.flip(1)])[0], h, h]
+    assert len({h, s.tensor_hashes([y])[0], s.tensor_hashes([x.flip(1)])[0]}) == 3
+    assert s.tensor_hashes([torch.ones(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.float16)])[0] != \
+        s.tensor_hashes([torch.ones(3, dtype=torch.float16)])[0]
