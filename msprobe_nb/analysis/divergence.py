@@ -376,7 +376,7 @@ def _bench_extra(full: pd.DataFrame, g: pd.DataFrame, consumer: str, bad_in: np.
     if found is None:
         return None
     fwd = forward_of(found)
-    root = fwd if fwd in only else found  # a backward made by the bench only: its forward is the code that differs
+    root = fwd if fwd is not None and fwd in only else found  # a bench-only backward: its forward's code differs
     at = np.flatnonzero(bcall == root)
     after = (match == "matched") & (bci > bci[at].min())
     cidx = full["call_index"].to_numpy(dtype=np.int64, na_value=-1)
