@@ -34,6 +34,7 @@ class ColumnGroup:
                 path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
                 fletcher32=True, track_times=False))
         self.record = np.dtype([(path, np.dtype(dtype).newbyteorder("<")) for path, dtype in columns.items()])
+        self.names = tuple(columns)  # the record's field names, in order
         size = self.record.itemsize
         tail = f.create_dataset(f"tail/{name}", shape=(2, chunk, size), dtype="uint8", chunks=(1, chunk, size),
                                 track_times=False)
@@ -58,13 +59,13 @@ class ColumnGroup:
         c, t = self.chunk, self.length % self.chunk
         if t + n < c:
             rec = self.bufs[self.slot][t:t + n]
-            for p in self.record.names:
+            for p in self.names:
                 rec[p] = data[p]
             if not n:
                 return self.length, self.slot, self.crc
             raw = rec.view(np.uint8).reshape(n, self.record.itemsize)
             _write_tail(self.tail, self.slot, t, raw)
-            return self.length + n, self.slot, zlib.crc32(raw, self.crc)
+            return self.length + n, self.slot, zlib.crc32(raw, self.crc)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
         # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
         # of all its columns); only the leftover rows are packed, into the other slot.
         full = (t + n) // c * c
@@ -77,7 +78,7 @@ class ColumnGroup:
         raw = rest.view(np.uint8).reshape(len(rest), self.record.itemsize)
         if len(rest):
             _write_tail(self.tail, 1 - self.slot, 0, raw)
-        return self.length + n, 1 - self.slot, zlib.crc32(raw)
+        return self.length + n, 1 - self.slot, zlib.crc32(raw)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
 
     def commit(self, state: tuple[int, int, int]) -> None:
         self.length, self.slot, self.crc = state
@@ -137,7 +138,8 @@ def write_packed(ds: h5py.Dataset, start: int, arrays: list[np.ndarray], chunk: 
     Small arrays are gathered until they fill a chunk; large ones are written from views. No chunk is
     written twice and at most one chunk is copied at a time.
     """
-    pos, pieces, filled = start, [], 0
+    pieces: list[np.ndarray] = []
+    pos, filled = start, 0
     for a in arrays:
         if filled and filled + len(a) >= chunk:
             need = chunk - filled

@@ -139,7 +139,7 @@ def committed_rows(index: np.ndarray, path: Path, checked: bool = False) -> np.n
                               "a writer never commits past an unfinished row, so the index is damaged")
     if checked and n < len(index) and index[n].any():
         k = INDEX_POS["crc"]
-        if zlib.crc32(np.ascontiguousarray(index[n, :k], dtype="<i8")) == index[n, k]:
+        if zlib.crc32(np.ascontiguousarray(index[n, :k], dtype="<i8")) == index[n, k]:  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
             raise DumpFormatError(f"{where} {n} (step {int(index[n, 0])}) is a whole commit record whose commit "
                                   f"marker is damaged ({int(index[n, INDEX_POS['commit']]):#x})")
     rows = index[:n]

@@ -129,14 +129,14 @@ class Tails:
             chunk, slot = tail.shape[1], end[f"{g}_slot"]
             n = end[g] % chunk
             raw = self._slots[(tail.name, slot)].view(np.uint8).reshape(-1) if n else np.empty(0, np.uint8)
-            if zlib.crc32(raw) == end[f"{g}_crc"]:
+            if zlib.crc32(raw) == end[f"{g}_crc"]:  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
                 continue
             base, width = end[g] - n, tail.shape[2]
             lengths, crcs, steps = (index[:, INDEX_POS[k]] for k in (g, f"{g}_crc", "step"))
             where, crc, at = len(index) - 1, 0, 0
             for i in np.flatnonzero(lengths >= base).tolist():  # the commits of this chunk, in order
                 stop = (int(lengths[i]) - base) * width
-                crc, at = zlib.crc32(raw[at:stop], crc), stop
+                crc, at = zlib.crc32(raw[at:stop], crc), stop  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
                 if crc != crcs[i]:
                     where = i
                     break
@@ -175,7 +175,7 @@ class Tails:
                 raise ValueError(f"dataset tail/{group}/{dtype} has an unexpected shape {tail.shape}")
             return tail, j
         tail, record = self._record_tail(group)
-        if path not in record.names:
+        if path not in (record.names or ()):
             raise ValueError(f"dataset tail/{group} does not list the column {path}")
         return tail, (path, record)
 

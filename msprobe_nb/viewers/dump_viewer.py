@@ -86,4 +86,5 @@ class DumpViewer(BaseViewer):
                       tensor_rows=tensor_rows, html=head + body + frames_html(frames))
 
     def _tensor_figure(self, d: Detail, name: str):
+        assert self.dump is not None, "a detail lists tensor rows only for a dump"
         return P.tensor_values(self.dump.tensor(name, step=d.step, rank=d.rank), name)

@@ -381,8 +381,8 @@ def _load() -> dict[str, Any] | None:
 
         _esm = _TREE_ESM
         _css = _TREE_CSS
-        nodes = T.List().tag(sync=True)
-        expanded = T.List().tag(sync=True)
+        nodes: T.List[dict[str, Any]] = T.List().tag(sync=True)
+        expanded: T.List[str] = T.List().tag(sync=True)
         selected = T.Unicode("").tag(sync=True)
 
         def click_node(self, call: str) -> None:

@@ -145,6 +145,8 @@ class MonitorViewer:
     or a path (loaded). ``state``: value, kind, rank and the selected (step, name); ``click_cell(step, name)``
     opens a cell's numbers (``selected_numbers``), ``open_anomaly(i)`` the cell of the i-th anomaly."""
 
+    _heat_frame: pd.DataFrame  # the heat map shown (set by ``_sync`` when the widget is built)
+
     def __init__(self, source: Any, value: str | None = None, kind: str = "grad") -> None:
         if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
             from msprobe_nb.analysis.monitor_frame import load_monitor

@@ -369,6 +369,7 @@ def _to_numpy(x: Any) -> np.ndarray:
 def as_2d(a: np.ndarray, max_side: int = 256) -> np.ndarray:
     """A 2-D view of any tensor for a heat map (leading dims flattened; 1-D folded into a square), block-max
     pooled so no side exceeds ``max_side``."""
+    m: np.ndarray
     if a.ndim == 0:
         m = a.reshape(1, 1)
     elif a.ndim == 1:

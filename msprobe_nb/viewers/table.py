@@ -149,7 +149,7 @@ class TableIndex:
     def column(self, col: str) -> np.ndarray:
         """A column's values as an object array (derived columns included)."""
         codes, uniq = self.codes(col)
-        return np.append(uniq, None)[codes]
+        return np.append(uniq, [None])[codes]
 
     def isin(self, col: str, values: Iterable) -> np.ndarray:
         """Boolean mask of rows whose ``col`` is one of ``values`` (numbers compare by value)."""
