@@ -66,6 +66,7 @@ def test_identical_runs_have_no_difference(base: Path, tmp_path: Path):
     again = _train(tmp_path / "again")
     t = mp.compare_setups(base, again)
     assert t.empty, t.to_string()
+    assert mp.compare_setups(base / "rank0.h5", again / "setup_rank0.json").empty  # a rank file: its folder's
     from msprobe_nb.analysis.setup_compare import load_setup
     rec = load_setup(base)
     assert {"environment", "versions", "determinism", "model", "optimizer", "data", "randomness"} <= set(rec)

@@ -80,6 +80,8 @@ def load_setup(source: Any, rank: int | None = None) -> dict[str, Any]:
         if "environment" in rec:  # the pack holds every variable: keep those a record of the kit keeps
             rec["environment"]["env"] = numerics_env(rec["environment"]["env"])
         return rec
+    if p.is_file() and not re.match(r"setup_rank\d+\.json$", p.name):
+        p = p.parent  # a dump's or monitor's rank file: the records beside it
     rec = read_setup(p, rank)
     folder = p if p.is_dir() else p.parent
     if "randomness" not in rec and any(folder.glob("rank*.h5")):
