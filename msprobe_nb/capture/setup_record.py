@@ -394,7 +394,8 @@ class SetupWatch:
         self.record, self._write, self._quiet = record, write, quiet or nullcontext
         self.model, self._batches = model, batches
         self._forward = self._step = None
-        if model is not None and "data" not in record and batches > 0:
+        compiled = getattr(model, "_compiled_call_impl", None) is not None  # model.compile(): dynamo would trace
+        if model is not None and "data" not in record and batches > 0 and not compiled:
             self._forward = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
         if optimizer is None and "optimizer" not in record:
             self._step = register_optimizer_step_pre_hook(self._on_step)
