@@ -113,16 +113,17 @@ def _to_numpy(x: Any) -> np.ndarray:
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
-        torch = None
-    if torch is not None and isinstance(x, torch.Tensor):
-        t = x.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        if t.is_complex():
-            t = torch.view_as_real(t)
-        if t.dtype in (torch.bfloat16, torch.bool) or t.dtype.itemsize == 1 and t.is_floating_point():
-            t = t.float()
-        return t.contiguous().numpy()
+        pass
+    else:
+        if isinstance(x, torch.Tensor):
+            t = x.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            if t.is_complex():
+                t = torch.view_as_real(t)
+            if t.dtype in (torch.bfloat16, torch.bool) or t.dtype.itemsize == 1 and t.is_floating_point():
+                t = t.float()
+            return t.contiguous().numpy()
     a = np.asarray(x)
     if a.dtype == bool:
         a = a.astype(np.float32)

@@ -15,6 +15,7 @@ captured from elsewhere does not drag the rest of the graph in.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ import torch
 from msprobe_nb.capture.leaves import POSITIONS, leaves
 
 _sequence_nr = torch._C._autograd._get_sequence_nr
-_AccumulateGrad = torch._C._functions.AccumulateGrad
+_AccumulateGrad = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]  # not in torch's stubs
 _Tensor = torch.Tensor
 _NESTED = (list, tuple, dict)
 #: the most nodes one call's subgraph may have before the walk gives up on its input gradients
@@ -40,6 +41,7 @@ def grad_inputs(args: tuple, kwargs: dict) -> list[tuple[str, Any]] | None:
             continue
         # flat tensor arguments (the common case) need no walk: their paths are positions, as leaves() gives
         # them; nested ones (namedtuples too: leaves() walks their fields) and long ones go through leaves()
+        pairs: Iterable[tuple[str, Any]]
         if type(items) is dict or len(items) > len(POSITIONS) or any(isinstance(a, _NESTED) for a in items):
             pairs = leaves(items)
         else:
@@ -99,10 +101,10 @@ class CallGraph:
             for i, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                j = wanted.get(edge_key(nxt, nr))
-                if j is not None:
-                    g.edges.setdefault(id(node), (node, []))[1].append((i, j))
-                    g.counts[j] += 1
+                w = wanted.get(edge_key(nxt, nr))
+                if w is not None:
+                    g.edges.setdefault(id(node), (node, []))[1].append((i, w))
+                    g.counts[w] += 1
                 elif type(nxt) is not _AccumulateGrad and id(nxt) not in seen and nxt._sequence_nr() >= seq0:
                     seen.add(id(nxt))
                     todo.append(nxt)

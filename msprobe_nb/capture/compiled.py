@@ -15,7 +15,7 @@ graph's kernels run without them. What stays visible, with ``compile="compiled"`
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -89,7 +89,8 @@ class CompileWatch:
             self._stance = None
         if self._filter is not None:
             try:
-                warnings.filters.remove(self._filter)  # only the kit's own entry: the user's stay as they are
+                # only the kit's own entry: the user's stay as they are (a list; typeshed says Sequence)
+                cast("list[Any]", warnings.filters).remove(self._filter)
             except ValueError:
                 pass
             warnings._filters_mutated()  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.autograd.function import BackwardCFunction, Function
 
-_APPLY_CODE = Function.apply.__func__.__code__
+_APPLY_CODE = Function.apply.__func__.__code__  # type: ignore[attr-defined]  # torch's stubs: a classmethod
 _Tensor = torch.Tensor
 
 
@@ -88,7 +88,8 @@ class CustomFunctions:
             if parent:
                 rec.construct[c.call] = parent
             rec.add_rows(c, "forward", "input", tuple(args))
-        entry = (None, c, paths, set())
+        outs: set[int] = set()
+        entry = (None, c, paths, outs)
         if ctx is None:
             self.pending.setdefault(name, []).append(entry)
         else:

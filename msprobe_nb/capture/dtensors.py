@@ -8,9 +8,12 @@ gathered tensor, which would add communication to the user's step; the row says 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 from msprobe_nb.store.schema import DTENSOR_VALUE_TYPE as DTENSOR_TYPE  # noqa: F401 - the recorder's name for it
 
@@ -24,9 +27,10 @@ def _dtensor_class() -> Any:
     if _DTensor is None:
         try:
             from torch.distributed.tensor import DTensor
+
+            _DTensor = DTensor
         except ImportError:  # a torch built without distributed
-            DTensor = ()
-        _DTensor = DTensor
+            _DTensor = ()
     return _DTensor
 
 
@@ -46,6 +50,7 @@ def local_shard(t: torch.Tensor) -> torch.Tensor | None:
 
 def placement_text(t: torch.Tensor) -> str:
     """The row's ``value`` for a DTensor: its placements, mesh and global shape, as JSON."""
-    mesh = t.device_mesh
-    return json.dumps({"placements": [repr(p) for p in t.placements], "mesh_shape": list(mesh.shape),
+    d = cast("DTensor", t)  # the recorder calls it for DTensors only
+    mesh = d.device_mesh
+    return json.dumps({"placements": [repr(p) for p in d.placements], "mesh_shape": list(mesh.shape),
                        "mesh_dims": list(mesh.mesh_dim_names or ()), "global_shape": list(t.shape)})

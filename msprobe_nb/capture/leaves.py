@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import torch
 
@@ -18,7 +18,11 @@ MAX_DEPTH = 64
 _ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
 
 
-def is_namedtuple(x: Any) -> bool:
+class _NamedTuple(Protocol):
+    _fields: tuple[str, ...]
+
+
+def is_namedtuple(x: Any) -> TypeGuard[_NamedTuple]:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 

@@ -14,10 +14,13 @@ and histograms (all opt-in) are the local shard's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["full_nonfinite_counts", "full_norms", "is_dtensor", "local_shards"]
 
@@ -29,9 +32,10 @@ def _dtensor_class() -> Any:
     if _DTensor is None:
         try:
             from torch.distributed.tensor import DTensor
+
+            _DTensor = DTensor
         except ImportError:  # a torch built without distributed
-            DTensor = ()
-        _DTensor = DTensor
+            _DTensor = ()
     return _DTensor
 
 
@@ -42,13 +46,13 @@ def is_dtensor(t: Any) -> bool:
 
 def local_shards(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Each DTensor's own shard (no communication, no autograd node)."""
-    return [t._local_tensor for t in ts]
+    return [t._local_tensor for t in cast("Sequence[DTensor]", ts)]  # the callers pass DTensors only
 
 
 def _groups(ts: Sequence[torch.Tensor]) -> list[tuple[list[int], Any, list[Any]]]:
     """(positions, mesh, the mesh's process groups to sum over) per group of tensors of one mesh and placements."""
     found: dict[tuple, list[int]] = {}
-    for i, t in enumerate(ts):
+    for i, t in enumerate(cast("Sequence[DTensor]", ts)):  # the callers pass DTensors only
         found.setdefault((t.device_mesh, tuple(t.placements)), []).append(i)
     out = []
     for (mesh, placements), idx in found.items():

@@ -16,9 +16,13 @@
 """
 from __future__ import annotations
 
+import functools
 import random as _pyrandom
 import sys
 import zlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,6 +39,8 @@ from msprobe_nb.capture.random_apis import (
 )
 
 _DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
+#: (module, function name, family, state digest, the function wrapped, its wrapper)
+_Wrapping = tuple[ModuleType, str, str, Callable[[], str], Callable[..., Any], Callable[..., Any]]
 
 
 def _first_tensor(args, kwargs):
@@ -98,7 +104,8 @@ class RandomPolicy:
             return
         wrappers = getattr(self, "_wrappers", None)
         if wrappers is None:
-            wrappers = self._wrappers = []
+            self._wrappers: list[_Wrapping] = []
+            wrappers = self._wrappers
             for module, family, names, digest in ((_pyrandom, "Random", PY_RANDOM, _python_digest),
                                                   (np.random, "NumpyRandom", NP_RANDOM, _numpy_digest)):
                 for name in names:
@@ -141,9 +148,8 @@ class RandomPolicy:
                 rec.add_rows(c, "forward", "output", [_as_tensor(out)], set_producer=True)
             return out
 
-        draw.__wrapped__ = orig
+        functools.update_wrapper(draw, orig, assigned=("__doc__",), updated=())  # sets __wrapped__ too
         draw.__name__ = getattr(orig, "__name__", name)
-        draw.__doc__ = getattr(orig, "__doc__", None)
         return draw
 
     def before(self, c, func, args, kwargs):
@@ -203,7 +209,8 @@ def _python_digest() -> str:
 
 
 def _numpy_digest() -> str:
-    kind, keys, pos, *_ = np.random.get_state()
+    # legacy=True (the default) gives the tuple; numpy's stubs do not narrow the return type by it
+    kind, keys, pos, *_ = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
     return f"state={zlib.crc32(keys.tobytes()):08x} pos={pos}"
 
 

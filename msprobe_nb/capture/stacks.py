@@ -13,6 +13,7 @@ import os
 import sys
 import tokenize
 from array import array
+from types import FrameType
 from typing import Any
 
 from msprobe_nb.capture import c_contract
@@ -61,12 +62,12 @@ class StackTable:
         # are (not so for generators: excluded). Held (not by id: ids of dead frames are reused) until
         # another frame records an API call or the step ends; module calls (walked_id) leave it alone, so a
         # forward's API calls around a submodule call keep the shortcut.
-        self._last_frame = None
+        self._last_frame: FrameType | None = None
         self._last_frame_sids: dict[int, int] = {}
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
 
-    def stack_id(self, frame) -> int:
+    def stack_id(self, frame: FrameType | None) -> int:
         """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
 
         The key packs (instruction offset, id(code)) of every frame into bytes, kit frames included:
@@ -197,7 +198,7 @@ def _cell_names(filenames) -> dict[str, str]:
 
 def caller_frame(depth: int = 2):
     """The first frame outside msprobe_nb, ``depth`` frames up."""
-    f = sys._getframe(depth)
+    f: FrameType | None = sys._getframe(depth)
     while f is not None and f.f_code.co_filename.startswith(_KIT_FILES):
         f = f.f_back
     return f

@@ -270,7 +270,7 @@ def _crc32(t: torch.Tensor) -> str:
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
     raw = numpy_view(flat.view(torch.uint8)) if flat.numel() else np.zeros(0, np.uint8)
-    return f"{zlib.crc32(memoryview(raw)):08x}"
+    return f"{zlib.crc32(memoryview(raw)):08x}"  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
 
 
 #: dtypes whose CPU tensors the tensor task keeps as numpy copies (the writer stores them as these dtypes)

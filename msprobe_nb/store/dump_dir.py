@@ -16,13 +16,13 @@ from contextlib import suppress
 from pathlib import Path
 from types import ModuleType
 
+from msprobe_nb.store.hdf5_layout import RANK_FILE_RE
+
 fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows: locks are O_EXCL files
     fcntl = None
-
-from msprobe_nb.store.hdf5_layout import RANK_FILE_RE
 
 __all__ = ["DumpInUseError", "DumpLock", "claim_dump_dir", "lock_held", "resolve_dump_dir"]
 
