@@ -107,3 +107,19 @@ def test_the_command_line_compares_on_dask(dumps, tmp_path, capsys, client):
     here = compare(npu, bench).to_msprobe_frame()
     assert len(pd.read_csv(out)) == len(here)
     assert main(["compare", str(npu), str(bench), "--workers", "0"]) == 2
+
+
+def test_the_csv_from_dask_equals_the_in_process_csv_stacks_included(tmp_path, client):
+    """`compare --workers/--scheduler -o` wrote N/A in NPU_Stack_Info on every row (the gathered rows had no dump
+    to read stacks from): on a real 2-rank gloo run both paths now write the same bytes."""
+    from distributed_runs import planted_change
+
+    from msprobe_nb.cli import main
+    runs = planted_change(tmp_path / "runs")
+    here, there = tmp_path / "here.csv", tmp_path / "there.csv"
+    assert main(["compare", str(runs["npu"]), str(runs["bench"]), "-o", str(here)]) in (0, 1)
+    assert main(["compare", str(runs["npu"]), str(runs["bench"]), "--scheduler", client.scheduler.address,
+                 "-o", str(there)]) in (0, 1)
+    stacks = pd.read_csv(here, dtype=str, keep_default_na=False)["NPU_Stack_Info"]
+    assert (stacks != "N/A").sum() > 0, "the in-process CSV has no stacks: the test would prove nothing"
+    assert there.read_text(encoding="utf-8") == here.read_text(encoding="utf-8")

@@ -134,6 +134,21 @@ def compare_unit(unit: Unit, options: dict[str, Any], rows: bool) -> dict[str, A
            "collectives": collective_table(t)}
     if rows:
         out["rows"] = t
+        out["stacks"] = _npu_stacks(res, t)
+    return out
+
+
+def _npu_stacks(res: Any, t: pd.DataFrame) -> dict[tuple[str, int, int], list[str]]:
+    """(call, step, rank) -> the NPU call's frames, for every call with NPU rows: the gathered result has no
+    dump to read them from, and the msprobe CSV's NPU_Stack_Info needs them."""
+    if not len(t):
+        return {}
+    keys = t.loc[t["match"] != "bench_only", ["call", "step", "rank"]].drop_duplicates()
+    out = {}
+    for call, step, rank in zip(keys["call"], keys["step"].astype(int), keys["rank"].astype(int)):
+        frames = res._stack_of(call, step, rank)
+        if frames:
+            out[(call, step, rank)] = frames
     return out
 
 
@@ -291,8 +306,9 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
         frames = [_renumber(p["rows"], p["pairs"], pair_of) for p in parts]
         t = pd.concat(frames, ignore_index=True)
         t = t.iloc[t["pair"].to_numpy().argsort(kind="stable")].reset_index(drop=True)
+        stacks = {k: v for p in parts for k, v in p.get("stacks", {}).items()}
         out.result = gathered_result(t, mode=mode, thresholds=options.get("thresholds"), pairs=pairs,
-                                     unpaired=unpaired, notes=notes)
+                                     unpaired=unpaired, notes=notes, stacks=stacks)
     return out
 
 
