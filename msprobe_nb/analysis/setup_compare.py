@@ -65,7 +65,7 @@ _INSIDE = re.compile(r"/(torch|msprobe_nb)/")
 
 
 # ------------------------------------------------------------------------------------------------ inputs
-def load_setup(source: Any, rank: int | None = None) -> dict[str, Any]:
+def load_setup(source: Any, rank: int | None = None, randomness: bool = True) -> dict[str, Any]:
     """A set-up record from a dict, a record file, a dump or monitor folder, or an msprobe config_check pack."""
     if isinstance(source, dict):
         return source
@@ -84,7 +84,7 @@ def load_setup(source: Any, rank: int | None = None) -> dict[str, Any]:
         p = p.parent  # a dump's or monitor's rank file: the records beside it
     rec = read_setup(p, rank)
     folder = p if p.is_dir() else p.parent
-    if "randomness" not in rec and any(folder.glob("rank*.h5")):
+    if randomness and "randomness" not in rec and any(folder.glob("rank*.h5")):
         sites = _random_sites(folder, int(rec.get("rank", 0)))
         if sites is not None:
             rec["randomness"] = {"sites": sites}
@@ -257,12 +257,14 @@ _BY_GROUP = {"environment": _env_rows, "versions": _version_rows, "determinism":
              "model": _model_rows, "optimizer": _optimizer_rows, "data": _data_rows, "randomness": _random_rows}
 
 
-def compare_setups(a: Any, b: Any, *, rank: int | None = None, rank_b: int | None = None) -> pd.DataFrame:
+def compare_setups(a: Any, b: Any, *, rank: int | None = None, rank_b: int | None = None,
+                   randomness: bool = True) -> pd.DataFrame:
     """Every set-up difference of ``a`` and ``b`` (records, record files, dump or monitor folders, config_check
     packs): columns group, item, a, b, expected, note; causes first, expected differences after them.
-    ``rank`` / ``rank_b``: which rank's record of a folder (default rank 0; ``rank_b`` defaults to ``rank``)."""
-    ra = load_setup(a, rank)
-    rb = load_setup(b, rank if rank_b is None else rank_b)
+    ``rank`` / ``rank_b``: which rank's record of a folder (default rank 0; ``rank_b`` defaults to ``rank``).
+    ``randomness=False``: leave out the random call sites a dump folder's calls would add (no dump is read)."""
+    ra = load_setup(a, rank, randomness)
+    rb = load_setup(b, rank if rank_b is None else rank_b, randomness)
     r = _Rows()
     for group in GROUPS:
         have_a, have_b = group in ra, group in rb
@@ -279,14 +281,15 @@ def compare_setups(a: Any, b: Any, *, rank: int | None = None, rank_b: int | Non
 
 
 def setup_differences(a: Any, b: Any) -> pd.DataFrame | None:
-    """``compare_setups`` of two dumps' or monitor records' folders (or files in them) when both carry a set-up
-    record; None when either has none or it cannot be read (what compares the runs goes on without it)."""
+    """``compare_setups`` of two dumps' or monitor records' folders (or files in them), records only (no random
+    call sites), when both carry a set-up record; None when either has none or it cannot be read (what
+    compares the runs goes on without it)."""
     try:
         ta, tb = (Path(x) for x in (a, b))
         ta, tb = (p if p.is_dir() else p.parent for p in (ta, tb))
         if not any(ta.glob("setup_rank*.json")) or not any(tb.glob("setup_rank*.json")):
             return None
-        return compare_setups(ta, tb)
+        return compare_setups(ta, tb, randomness=False)  # the records alone: no dump read again
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
