@@ -195,3 +195,16 @@ def test_the_docs_name_every_module_and_the_readme_every_folder():
     folders = sorted(p.name for p in (REPO / "msprobe_nb").iterdir() if (p / "__init__.py").is_file())
     unlisted = [f for f in folders if f"msprobe_nb/{f}/" not in paths]
     assert unlisted == [], f"README's layout table does not list msprobe_nb/{unlisted}"
+
+
+def test_architecture_doc_names_every_top_level_module_and_draws_precheck_and_the_monitor():
+    """docs/architecture.md is the map: each module of the package's top level is named there (as `name.py`), and
+    its diagram (the first code block) draws the precheck/ layer and the monitor."""
+    import re
+
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = [p.name for p in sorted((REPO / "msprobe_nb").glob("*.py")) if p.name != "__init__.py"]
+    missing = [m for m in modules if f"`{m}`" not in doc]
+    assert not missing, f"docs/architecture.md does not name {missing}"
+    diagram = re.search(r"```\n(.*?)```", doc, re.S).group(1)
+    assert "precheck/" in diagram and "monitor" in diagram, diagram
