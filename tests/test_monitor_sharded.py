@@ -1,7 +1,8 @@
-"""The monitor under FSDP2 (issue 32): two gloo ranks record the norms of the full parameters and gradients
-(not of their shards), the same on both ranks, with NaN counts of the full tensor, and training is bitwise
-the same with the monitor as without it. The ranks run in a child process (this file as a script) under a
-timeout, so a hung collective fails the test instead of the suite."""
+"""The monitor under FSDP2 and DDP (issue 32): two gloo ranks record the norms of the full parameters and
+gradients (not of their shards), the same on both ranks, with NaN counts of the full tensor, and training is
+bitwise the same with the monitor as without it; under DDP, opt-in, each rank's own gradients before the
+reduction, so that a rank whose gradients part is named. The ranks run in a child process (this file as a
+script) under a timeout, so a hung collective fails the test instead of the suite."""
 from __future__ import annotations
 
 import json
@@ -55,6 +56,26 @@ def _train(rank, path, plant_nan):
     return losses, shards, grads, {n: t.norm().item() for n, t in full.items()}
 
 
+def _ddp(rank, path, plant):
+    """Three DDP steps, each rank on its own data; ``plant``: rank 1's input changes at step 2."""
+    import msprobe_nb as mp
+
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    with mp.Monitor(model, opt, dump_path=path, alerts=False, local_grads=True) as mon:
+        for step in range(STEPS):
+            opt.zero_grad()
+            x = torch.randn(4, 6, generator=gen)
+            if plant and rank == 1 and step == 2:
+                x = x * 1.01
+            model(x).square().mean().backward()
+            opt.step()
+            mon.step()
+
+
 def _worker(rank, port, root):
     import torch.distributed as dist
 
@@ -65,6 +86,8 @@ def _worker(rank, port, root):
         plain = _train(rank, None, False)
         watched = _train(rank, os.path.join(root, "mon"), False)
         _train(rank, os.path.join(root, "nan"), True)
+        _ddp(rank, os.path.join(root, "ddp_a"), False)
+        _ddp(rank, os.path.join(root, "ddp_b"), True)
         same = all(torch.equal(a, b) for a, b in zip(plain[0], watched[0], strict=True)) and \
             all(torch.equal(a, b) for a, b in zip(plain[1], watched[1], strict=True))
         out = {"bitwise": same, "grads": watched[2], "weights0": watched[3],
@@ -74,12 +97,19 @@ def _worker(rank, port, root):
         dist.destroy_process_group()
 
 
-@needs_gloo
-def test_fsdp2_ranks_record_full_norms_and_train_bitwise_the_same(tmp_path):
-    p = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True, timeout=240)
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sharded")
+    p = subprocess.run([sys.executable, __file__, str(root)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    return root
+
+
+@needs_gloo
+def test_fsdp2_ranks_record_full_norms_and_train_bitwise_the_same(ranks):
     import msprobe_nb as mp
 
+    tmp_path = ranks
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert all(r["bitwise"] for r in runs)
     assert sum(runs[0]["local_numel"]) < sum(16 * 16 + 16 for _ in range(3))  # each rank holds a shard only
@@ -95,6 +125,20 @@ def test_fsdp2_ranks_record_full_norms_and_train_bitwise_the_same(tmp_path):
     n = mp.load_monitor(tmp_path / "nan").stats
     bad = n.loc[(n["step"] == STEPS - 1) & (n["kind"] == "grad") & (n["name"] == "1.weight")]
     assert list(bad["nan"]) == [2, 2]  # the full tensor's count, on both ranks (rank 0's shard has none)
+
+
+@needs_gloo
+def test_ddp_ranks_local_gradients_name_the_rank_whose_gradients_part(ranks):
+    import msprobe_nb as mp
+
+    m = mp.load_monitor(ranks / "ddp_a")
+    s = m.stats.set_index(["step", "name", "kind", "rank"])["norm"]
+    grads = s.xs("grad", level="kind")
+    assert grads.xs(0, level="rank").equals(grads.xs(1, level="rank"))  # all-reduced: alike on both ranks
+    local = s.xs("local_grad", level="kind")
+    assert (local.xs(0, level="rank") != local.xs(1, level="rank")).all()  # each rank's own data
+    fd = mp.compare_monitors(ranks / "ddp_b", ranks / "ddp_a").first_divergence()
+    assert (fd.step, fd.rank, fd.kind, fd.what) == (2, 1, "local_grad", "local gradient")
 
 
 def _free_port() -> int:

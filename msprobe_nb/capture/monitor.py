@@ -115,7 +115,8 @@ class MonitorHooks:
     (for direction similarity). ``grad_scaler``: a GradScaler whose scale is recorded. ``rank``: default from
     torch.distributed. ``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``spike_floor``,
     ``direction_drop``: the alert thresholds (``monitor_schema.THRESHOLDS``, docs/monitor.md); ``alerts=False``
-    checks and prints none.
+    checks and prints none. ``local_grads``: also each rank's own gradient norms as backward accumulated them,
+    before DDP writes the reduced ones back (kind ``local_grad``; a hook per parameter).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -126,7 +127,7 @@ class MonitorHooks:
                  rank: int | None = None, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
                  spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
                  spike_floor: float = THRESHOLDS["spike_floor"], direction_drop: float = THRESHOLDS["direction_drop"],
-                 alerts: bool = True, start_step: int = 0) -> None:
+                 alerts: bool = True, start_step: int = 0, local_grads: bool = False) -> None:
         bad = [s for s in stats if s not in STATS]
         if bad or "norm" not in stats:
             raise ValueError(f"Monitor: stats must include 'norm' and be among {', '.join(STATS)}; got {list(stats)}")
@@ -145,6 +146,7 @@ class MonitorHooks:
         self._layouts: dict[Any, list] = {}
         self._names: dict[tuple | None, list[str]] = {}  # positions of the parameters present -> their names
         self._want = {"weight": weights, "grad": grads, "opt": optimizer_state and optimizer is not None}
+        self._local_grads = bool(local_grads)
         self._bounds = None if histogram is None else torch.as_tensor(sorted(float(b) for b in histogram))
         self._signs = SignPacker() if signs else None
         self._sign_history = SignHistory()
@@ -193,6 +195,9 @@ class MonitorHooks:
             self._handles.append(self.optimizer.register_step_post_hook(self._on_post_step))
         if self._params:
             self._handles.append(self._params[0][1].register_post_accumulate_grad_hook(self._on_accumulated))
+        if self._local_grads:
+            for i, (_, p) in enumerate(self._params):
+                self._handles.append(p.register_post_accumulate_grad_hook(partial(self._on_local_grad, i)))
         modules = dict(self.model.named_modules())
         acts = _select(modules, activations, "module") if activations is not False else []
         self._act_grads = bool(activation_grads) and activation_grads is not False
@@ -206,7 +211,16 @@ class MonitorHooks:
         self._pending: dict[str, list] = {}  # kind -> [(names, floats, counts, extra)]
         self._acts: dict[str, list[tuple[str, torch.Tensor]]] = {"act": [], "act_grad": []}
         self._micro = 0
+        self._local: dict[int, torch.Tensor] = {}
         self._grads_read = self._weights_read = self._grads_after_step = False
+
+    def _on_local_grad(self, i: int, param: torch.Tensor) -> None:
+        """The rank's own gradient of parameter ``i`` as backward accumulated it (the last micro-batch's holds
+        the sum): its norm now, before a DDP reducer's finalisation replaces it with the average."""
+        g = param.grad
+        if g is not None and g.numel():
+            with torch.no_grad():
+                self._local[i] = torch.linalg.vector_norm(g, dtype=torch.float32)
 
     def _on_accumulated(self, _param: torch.Tensor) -> None:
         self._micro += 1
@@ -442,6 +456,13 @@ class MonitorHooks:
             self._read_weights()
         for kind in ("act", "act_grad"):
             self._flush_held(kind)
+        if self._local:  # counts, where a norm is not finite, from the gradients as they are now
+            at = sorted(self._local)
+            extra = {"numel": np.fromiter((self._params[i][1].numel() for i in at), np.int64, len(at)),
+                     "defer": [self._params[i][1].grad for i in at], "sharded": False}
+            norms = torch.stack([self._local[i] for i in at]).reshape(-1, 1)  # the norm only (other columns NaN)
+            norms = torch.cat([norms, norms.new_full((len(at), len(self._float_stats) - 1), float("nan"))], 1)
+            self._pending["local_grad"] = [([self._params[i][0] for i in at], norms, None, extra)]
         parts: list[torch.Tensor] = []
         layout = []
         for kind, entries in self._pending.items():
@@ -551,9 +572,8 @@ class MonitorHooks:
             self._report(step, found)
 
     def _report(self, step: int, found: list) -> None:
-        """Keep every alert's line in ``alerts``; print a bounded summary: per step with news (a series and
-        rule not printed before), its most severe alert and how many more the step had, for the first
-        ``ALERT_LINES`` such steps, then one line saying the rest are only counted."""
+        """Keep every alert's line in ``alerts``; print a bounded summary: per step with news (a series and rule
+        not printed before), its most severe alert and how many more it had, for ``ALERT_LINES`` such steps."""
         label = {v: k for k, v in self._series.items()}
         rank = {r: i for i, r in enumerate(RULES)}
         found = sorted(found, key=lambda a: (rank[a.rule], -a.severity))

@@ -12,20 +12,22 @@ __all__ = ["ACT_KINDS", "ANOMALY_COLUMNS", "CAUSAL_ORDER", "COUNT_STATS", "DEFAU
            "STATS", "THRESHOLDS"]
 
 #: what a row aggregates; stored as the index into this tuple (the file keeps its own copy in ``kinds``)
-KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq", "act", "act_grad")
+KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq", "act", "act_grad", "local_grad")
 #: kinds with one row per parameter (the rest have one per module)
-PARAM_KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq")
+PARAM_KINDS = ("weight", "grad", "exp_avg", "exp_avg_sq", "local_grad")
 #: Adam's moment estimates (any optimizer whose state holds them)
 OPTIMIZER_KINDS = ("exp_avg", "exp_avg_sq")
 #: module outputs and their gradients
 ACT_KINDS = ("act", "act_grad")
 #: the order in which a step makes what a record holds: the weights its forward uses (read before the update),
-#: the activations, their gradients, the parameters' gradients, then the optimizer state the update writes.
+#: the activations, their gradients, each rank's own gradients before DDP's reduction (``local_grad``,
+#: opt-in), the parameters' final gradients, then the optimizer state the update writes.
 #: Where two runs part within one step, the earliest kind in this order is what parted first.
-CAUSAL_ORDER = ("weight", "act", "act_grad", "grad", "exp_avg", "exp_avg_sq")
+CAUSAL_ORDER = ("weight", "act", "act_grad", "local_grad", "grad", "exp_avg", "exp_avg_sq")
 #: what each kind is, in the words a divergence is reported in
 KIND_ROLE = {"weight": "weight", "grad": "gradient", "exp_avg": "optimizer state", "exp_avg_sq": "optimizer state",
-             "act": "activation", "act_grad": "activation gradient", "lr": "learning rate"}
+             "act": "activation", "act_grad": "activation gradient", "local_grad": "local gradient",
+             "lr": "learning rate"}
 
 #: aggregates computed in float32 (the norm in float32 whatever the tensor's dtype, so fp16 does not overflow)
 FLOAT_STATS = ("norm", "min", "max", "mean")
