@@ -159,7 +159,9 @@ def _env_rows(r: _Rows, a: dict, b: dict) -> None:
     r.flat("environment", ea.get("env", {}), eb.get("env", {}), NOTES["environment"], "env ",
            lambda k, va, vb: bool(_EXPECTED_ENV.search(k)), ENV_NOTES)
     rest = {k: v for k, v in ea.items() if k != "env"}, {k: v for k, v in eb.items() if k != "env"}
-    r.flat("environment", *rest, NOTES["environment"], expected=lambda k, va, vb: ("environment", k) in _EXPECTED_ITEMS)
+    on_cpu = ea.get("device") == eb.get("device") == "cpu"  # else the CPU threads compute little of the model
+    r.flat("environment", *rest, NOTES["environment"],
+           expected=lambda k, va, vb: ("environment", k) in _EXPECTED_ITEMS or (k == "torch_threads" and not on_cpu))
 
 
 def _version_rows(r: _Rows, a: dict, b: dict) -> None:
