@@ -25,7 +25,8 @@ class Monitor(MonitorHooks):
     ``"error"`` raises, ``"overwrite"`` replaces it. Every other option is
     :class:`~msprobe_nb.capture.monitor.MonitorHooks`'s: ``params``, ``stats``, ``weights``, ``grads``,
     ``optimizer_state``, ``activations``, ``activation_grads``, ``histogram``, ``signs``, ``grad_scaler``,
-    ``rank``, ``spike``, ``min_history``, ``direction_drop``, ``alerts``, ``start_step``.
+    ``rank``, ``warmup``, ``window``, ``spike_z``, ``spike_ratio``, ``spike_floor``, ``direction_drop``, ``alerts``,
+    ``start_step``, ``local_grads``.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
