@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -104,7 +104,9 @@ def compile_check(model: torch.nn.Module, inputs: Any, *, modules: Sequence[str]
     root = Path(dump_path)
     twin = copy.deepcopy(model)
     for path in chosen:
-        _set_submodule(twin, path, torch.compile(twin.get_submodule(path), backend=backend, **compile_kwargs))
+        # torch.compile of a Module gives an OptimizedModule (a Module); its stubs say a Callable
+        compiled = cast(torch.nn.Module, torch.compile(twin.get_submodule(path), backend=backend, **compile_kwargs))
+        _set_submodule(twin, path, compiled)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="msprobe_nb: a torch.compile'd model")
         _run(model, inputs, loss_fn, root / "eager")

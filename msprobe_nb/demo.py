@@ -27,6 +27,8 @@ EMULATED_DEVICE_SEEDS = {"npu": 1, "bench": 2}
 class Denoiser(nn.Module):
     """A small noise-prediction model with two device-side draws (a randint for the timesteps, a rand_like)."""
 
+    alpha_bar: torch.Tensor  # a buffer
+
     def __init__(self, dim: int = 16, steps: int = 50, hidden: int = 32):
         super().__init__()
         self.steps = steps

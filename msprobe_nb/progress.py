@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import Any
 
 
@@ -33,7 +33,7 @@ def wanted(count: int, minimum: int, explicit: bool | None = None) -> bool:
 def bar(items: Iterable[Any], *, total: int | None = None, desc: str, unit: str, minimum: int = 100,
         explicit: bool | None = None) -> Iterable[Any]:
     """``items``, with a progress bar where :func:`wanted` says so."""
-    n = total if total is not None else (len(items) if hasattr(items, "__len__") else 0)
+    n = total if total is not None else (len(items) if isinstance(items, Sized) else 0)
     if not wanted(n, minimum, explicit):
         return items
     from tqdm.auto import tqdm

@@ -332,7 +332,9 @@ def _extra_behind(c0: int, rows0: np.ndarray, div: np.ndarray, is_in: np.ndarray
     while todo and len(seen) < 256:
         p = todo.pop(0)
         c = code_of.get(p)
-        at = np.flatnonzero(codes == c) if c is not None else ()
+        if c is None:
+            continue
+        at = np.flatnonzero(codes == c)
         if not len(at) or not np.all(match[at] == "npu_only"):
             continue
         if found is None or c < found:

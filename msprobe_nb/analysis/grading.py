@@ -107,9 +107,9 @@ class Thresholds:
             elif isinstance(f.default, tuple) and not (isinstance(v, (tuple, list))
                                                        and all(isinstance(x, str) for x in v)):
                 raise ValueError(f"Thresholds.{f.name} must be a tuple of op names, got {v!r}")
-        for f in ("dtype_mismatch_level", "requires_grad_level", "unmatched_level"):
-            if getattr(self, f) not in _LEVEL:
-                raise ValueError(f"Thresholds.{f} must be one of {LEVELS}, got {getattr(self, f)!r}")
+        for name in ("dtype_mismatch_level", "requires_grad_level", "unmatched_level"):
+            if getattr(self, name) not in _LEVEL:
+                raise ValueError(f"Thresholds.{name} must be one of {LEVELS}, got {getattr(self, name)!r}")
 
     def rtol_of(self, npu_dtype: Any, bench_dtype: Any) -> np.ndarray:
         """The first-divergence tolerance of each row, from its two sides' dtypes."""
@@ -355,7 +355,7 @@ def _stats_call_rules(t: Any, r: _Reasons, ok: np.ndarray, io: np.ndarray, op: n
     row_in = in_max[codes]
     err_rows = is_out & has_in[codes] & (row_in < th.norm_rel_input_ok) & (norm > th.norm_rel_output_error)
     r.add(err_rows, "error", lambda i: (
-        f"NormRelativeErr of this output {_pct(norm[i])} > {_pct(th.norm_rel_output_error)} while the inputs "
+        f"NormRelativeErr of this output {_pct(float(norm[i]))} > {_pct(th.norm_rel_output_error)} while the inputs "
         f"agree (largest input NormRelativeErr {_pct(row_in[i])})"))
     worst = _arg_extreme(codes, norm, is_out, "max")
     for c in np.flatnonzero((worst >= 0) & has_in):

@@ -120,7 +120,7 @@ class MonitorFrame:
                 f"name(s), columns {self.columns})")
 
 
-def _replay(series: pd.DataFrame, thresholds: dict[str, float], direction: bool) -> list[tuple]:
+def _replay(series: pd.DataFrame, thresholds: dict[str, Any], direction: bool) -> list[tuple]:
     """Feed ``series`` (step, rank, name, kind, value) to a fresh ``AlertRules`` one step at a time, as the
     run did; (step, rank, name, kind, rule, value, reference, severity) per alert."""
     if series.empty:
@@ -170,7 +170,7 @@ def _frame_of(raw: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
     return stats, wide, signs
 
 
-def load_monitor(path: str | Path) -> MonitorFrame:
+def load_monitor(path: str | Path | MonitorFrame) -> MonitorFrame:
     """Load the monitor record in the folder ``path`` (every rank; a run still going is read up to its last
     committed step). A damaged file is a DumpFormatError naming it."""
     if isinstance(path, MonitorFrame):

@@ -42,7 +42,7 @@ EXTRA_COLUMNS = {
 _NUM, _NAN, _INF, _NINF, _NA, _DEV, _OTHER = range(7)
 
 
-def _fmt_float(x: float) -> str:
+def _fmt_float(x: float | np.floating) -> str:
     return str(float(x))
 
 
@@ -198,7 +198,7 @@ def _extra_strings(t: pd.DataFrame, col: str) -> np.ndarray:
     a = t[col].to_numpy(dtype=object)
     return np.array(["N/A" if v is None or (isinstance(v, float) and math.isnan(v)) else
                      (_fmt_float(v) if isinstance(v, (float, np.floating)) else str(v)) for v in a] + [""],
-                    dtype=object)[:-1]
+                    dtype=np.object_)[:-1]
 
 
 def msprobe_frame(r: CompareResult, *, include_bench_only: bool = True) -> pd.DataFrame:

@@ -214,7 +214,7 @@ def first_across_ranks(divergences: list[Divergence], coll: pd.DataFrame,
                        if q != d0.rank and state.get((q, d0.call), (False, False))[1]})
     fields = {k: getattr(d0, k) for k in Divergence.__dataclass_fields__}
     return RankDivergence(**fields, origin=origin, through=through, spread_to=spread,
-                          input_ranks=inputs_diverge_on(via, through) if through else [],
+                          input_ranks=inputs_diverge_on(via, through) if through and via is not None else [],
                           other_origins=[(d.rank, d.call) for d in candidates[1:]],
                           ranks=sorted(set(ranks or []) | {d.rank for d in divs} | {int(r) for r in coll["rank"]}),
                           local={d.rank: d for d in divs})

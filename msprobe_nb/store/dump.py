@@ -6,6 +6,7 @@ tree), lazy whole tensors, step/rank subsets, a summary for ``info`` and export 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -280,7 +281,7 @@ def _monitor_hint(path: Path) -> str | None:
             f"msprobe_nb.load_monitor({str(folder)!r}), or `msprobe-nb monitor {folder}`")
 
 
-def load(path: str | Path, kind: str = "auto", *, allow_outside: bool = False) -> Dump:
+def load(path: str | os.PathLike[str], kind: str = "auto", *, allow_outside: bool = False) -> Dump:
     """Open a dump: the kit's HDF5 dump or an msprobe dump (dump.json, rank dir, step dir or dump root).
 
     ``kind`` forces the reader: "hdf5" or "msprobe"; "auto" decides by file signature and name (HDF5

@@ -131,12 +131,13 @@ def pandas_dtype(dtype: str) -> Any:
 class DumpParts:
     """What a reader hands to :class:`msprobe_nb.Dump`: the table plus the side tables of one dump.
 
-    ``tensor_loader(data_name)`` returns the whole tensor (a torch.Tensor) in tensor mode, loaded lazily.
+    ``tensor_loader(data_name)`` returns the whole tensor (a torch.Tensor) in tensor mode, loaded lazily (a
+    loader may take ``(data_name, step=, rank=)`` instead: ``Dump.load_tensor`` looks which).
     """
 
     calls: pd.DataFrame
     stacks: dict[int, list[str]] = field(default_factory=dict)
     construct: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
-    tensor_loader: Callable[[str], Any] | None = None
+    tensor_loader: Callable[..., Any] | None = None
     source: str = ""
