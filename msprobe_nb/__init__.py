@@ -44,9 +44,22 @@ def __getattr__(name):
     if module is None:
         raise AttributeError(f"module 'msprobe_nb' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        extra = _EXTRA_OF.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        raise ImportError(f"msprobe_nb.{name} needs {e.name}, which is not installed: "
+                          f"pip install 'msprobe_nb[{extra}]' (the core install only loads, compares and "
+                          f"exports dumps)", name=e.name) from e
     globals()[name] = value
     return value
+
+
+#: the optional package a lazy name may miss -> the extra that installs it (pyproject.toml)
+_EXTRA_OF = {"torch": "record", "ipywidgets": "viewers", "anywidget": "viewers", "matplotlib": "viewers",
+             "IPython": "viewers", "dask": "dask", "distributed": "dask"}
 
 
 def __dir__():

@@ -193,3 +193,40 @@ def test_quickstart_next_list_names_every_other_tutorial():
     others = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("01"))
     missing = [name for name in others if f"`{name}`" not in nxt]
     assert not missing, f"notebook 01's Next list does not name {missing}"
+
+
+def _names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def _self_extras(reqs: list[str]) -> set[str]:
+    """`msprobe_nb[record,viewers]` in an extra's list -> {record, viewers}."""
+    return set().union(*({e.strip() for e in m.group(1).split(",")}
+                         for r in reqs if (m := re.match(r"msprobe_nb\[([^\]]+)\]", r))))
+
+
+def test_the_core_install_is_the_analysis_layer_s_needs():
+    """Loading and comparing dumps needs neither torch nor the viewers' packages: the core must not force them."""
+    tomllib = pytest.importorskip("tomllib")
+    core = _names(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
+    assert {"numpy", "pandas", "h5py", "tqdm"} <= core, core
+    heavy = core & {"torch", "ipywidgets", "anywidget", "matplotlib", "ipython", "dask", "jupyterlab"}
+    assert not heavy, f"the core install requires {sorted(heavy)}"
+
+
+def test_each_layer_s_extra_and_the_readme_s_extras_bring_what_they_need():
+    extras = _optional_dependencies()
+    assert "torch" in _names(extras["record"])
+    assert {"ipywidgets", "anywidget", "matplotlib", "ipython"} <= _names(extras["viewers"])
+    # the README's `.[test]` and `.[notebook]` commands record and show: they pull those layers in
+    assert {"record", "viewers", "dask"} <= _self_extras(extras["test"]), extras["test"]
+    assert {"record", "viewers"} <= _self_extras(extras["notebook"]), extras["notebook"]
+    for name in ("models", "bench", "npu"):
+        assert "record" in _self_extras(extras[name]), (name, extras[name])
+
+
+def test_ci_runs_the_core_install_alone_and_fails_when_its_tests_skip():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python3 -m venv .venv-core" in ci and ".venv-core/bin/python -m pip install -q -e . pytest" in ci
+    assert "tests/test_msprobe_sample.py" in ci and "skipped" in ci
+    assert "\npython -m pytest -q\n" in ci, "the main path's test command is gone"

@@ -58,3 +58,17 @@ def test_the_denoiser_samples_part_at_the_device_draw():
     assert r.first_divergence().call == "Torch.randint.0.forward"
     same = mp.compare(SAMPLES / "denoiser_npu_host_random", SAMPLES / "denoiser_bench_host_random", progress=False)
     assert same.first_divergence() is None
+
+
+def test_recording_without_torch_names_the_extra_to_install():
+    """Where torch is missing (the core install), ``msprobe_nb.Debugger`` says which extra brings it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # torch unimportable, as in the core install
+            "import msprobe_nb\n"
+            "try:\n    msprobe_nb.Debugger\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("ImportError") and "pip install 'msprobe_nb[record]'" in p.stdout, p.stdout

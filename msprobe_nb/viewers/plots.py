@@ -350,16 +350,13 @@ def errors_by_call(table: pd.DataFrame, metric: str = "err", top: int = 60) -> F
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu()
-            if x.is_complex():
-                x = x.abs()
-            return x.to(torch.float64).numpy()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+    # a torch tensor, recognised by its methods: the viewers do not import torch (the core install has none);
+    # float64 first, since numpy has no bfloat16
+    if all(callable(getattr(x, m, None)) for m in ("detach", "cpu", "double", "numpy", "is_complex")):
+        x = x.detach().cpu()
+        if x.is_complex():
+            x = x.abs()
+        return x.double().numpy()
     a = np.asarray(x)
     if np.iscomplexobj(a):
         a = np.abs(a)
