@@ -387,8 +387,9 @@ def _version() -> str:
 
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
     for action in parser._subparsers._group_actions if parser._subparsers else ():
-        if command in getattr(action, "choices", {}):
-            return action.choices[command]
+        choices = action.choices  # a subparsers action's: command name -> its parser
+        if isinstance(choices, dict) and command in choices:
+            return choices[command]
     return parser
 
 

@@ -40,6 +40,7 @@ class Monitor(MonitorHooks):
                                   grad_scaler=self.grad_scaler)
 
     def close(self) -> None:
-        if getattr(self, "_setup", None) is not None:
-            self._setup.remove()
+        setup = getattr(self, "_setup", None)
+        if setup is not None:
+            setup.remove()
         super().close()

@@ -127,6 +127,7 @@ class MonitorComparison:
     def __init__(self, a: MonitorFrame, b: MonitorFrame, norm_tolerance: float, direction_min: float,
                  band_steps: int = BAND_STEPS, band_rtol: float = BAND_RTOL) -> None:
         self.a, self.b = a, b
+        self.setup_note: str | None = None  # compare_monitors' line on the runs' set-ups (None: none to give)
         self.norm_tolerance, self.direction_min = float(norm_tolerance), float(direction_min)
         self.band_steps, self.band_rtol = int(band_steps), float(band_rtol)
         keep = [c for c in a.stats.columns if c not in ("layer",)]

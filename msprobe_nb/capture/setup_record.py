@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -207,7 +207,7 @@ def environment_section(rank: int, world_size: int) -> dict[str, Any]:
         name = torch.cuda.get_device_name()
     elif device == "npu":
         try:
-            name = torch.npu.get_device_name()
+            name = torch.npu.get_device_name()  # type: ignore[attr-defined]  # torch_npu adds torch.npu
         except (AttributeError, RuntimeError):
             pass
     system = f"{platform.system()} {platform.release()} {platform.machine()}"  # not platform(): it reads libc
@@ -233,6 +233,12 @@ def _generator_digest(gen: torch.Generator) -> str:
     return f"seed={gen.initial_seed()} state={zlib.crc32(gen.get_state().numpy().tobytes()):08x}"
 
 
+def _numpy_keys() -> np.ndarray:
+    """The key array of numpy's global generator (``get_state()`` gives the legacy tuple by default; numpy's
+    stubs do not narrow the return type by it)."""
+    return cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())[1]
+
+
 def determinism_section(seed_report: Any = None) -> dict[str, Any]:
     import random
 
@@ -255,7 +261,7 @@ def determinism_section(seed_report: Any = None) -> dict[str, Any]:
             out[f"npu.{what}.allow_hf32"] = flag
     seeds = {"torch": _generator_digest(torch.default_generator),
              "python": f"state={zlib.crc32(repr(random.getstate()).encode()):08x}",
-             "numpy": f"state={zlib.crc32(np.random.get_state()[1].tobytes()):08x}" if "numpy.random" in sys.modules
+             "numpy": f"state={zlib.crc32(_numpy_keys().tobytes()):08x}" if "numpy.random" in sys.modules
              else "not imported"}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         seeds["cuda"] = f"seed={torch.cuda.initial_seed()}"

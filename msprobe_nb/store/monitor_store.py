@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import h5py
@@ -31,6 +32,7 @@ from msprobe_nb.store.hdf5_appends import DatasetWriter
 from msprobe_nb.store.hdf5_open import open_rank_file
 from msprobe_nb.store.monitor_schema import KINDS
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # Windows: no lock (one writer per rank is then the user's business)
@@ -306,7 +308,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         except (KeyError, ValueError, OSError, TypeError, AttributeError) as e:
             raise _bad(path, f"damaged header or index ({e})") from None
         rank = int(a["rank"])
-        commits = []
+        committed: list[np.ndarray] = []
         for i, row in enumerate(index):
             if row[-1] != COMMIT_MAGIC:
                 if row.any():
@@ -314,8 +316,8 @@ def _read_file(path: Path) -> dict[str, Any]:
                 break
             if int(row[-2]) != _crc(row[:-2]):
                 raise _bad(path, f"index row {i} (step {int(row[0])}) fails its checksum")
-            commits.append(row)
-        commits = np.asarray(commits, np.int64).reshape(-1, len(INDEX_FIELDS))
+            committed.append(row)
+        commits = np.asarray(committed, np.int64).reshape(-1, len(INDEX_FIELDS))
         last = commits[-1] if len(commits) else np.zeros(len(INDEX_FIELDS), np.int64)
         ext = dict(zip(INDEX_FIELDS, (int(x) for x in last), strict=True))
         want = {"names/ends": ext["names"], "names/bytes": ext["name_bytes"], "rows": ext["rows"],

@@ -28,11 +28,11 @@ SECTIONS = {"environment": dict, "versions": dict, "determinism": dict, "model":
 _FILE = re.compile(r"^setup_rank(\d+)\.json$")
 
 
-def setup_path(folder: str | Path, rank: int) -> Path:
+def setup_path(folder: str | os.PathLike[str], rank: int) -> Path:
     return Path(folder) / f"setup_rank{int(rank)}.json"
 
 
-def write_setup(folder: str | Path, record: dict[str, Any]) -> Path:
+def write_setup(folder: str | os.PathLike[str], record: dict[str, Any]) -> Path:
     """Write ``record`` (``collect_setup``'s) as ``<folder>/setup_rank<rank>.json``; returns the path."""
     path = setup_path(folder, int(record.get("rank", 0)))
     text = json.dumps({"format": FORMAT, "version": VERSION, **record}, ensure_ascii=False, allow_nan=False,
@@ -135,8 +135,8 @@ def _check(path: Path, rec: Any) -> dict[str, Any]:
         v = rec.get(key, 0 if key == "rank" else 1)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise _bad(path, f"{key} is {show(v)}, not a whole number >= 0")
-    for name, kind in SECTIONS.items():
-        if name in rec and not isinstance(rec[name], kind):
+    for name, section_type in SECTIONS.items():
+        if name in rec and not isinstance(rec[name], section_type):
             raise _bad(path, f"section {name!r} is {type(rec[name]).__name__}, not an object")
     env = rec.get("environment", {}).get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):

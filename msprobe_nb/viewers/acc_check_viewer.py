@@ -47,11 +47,11 @@ def viewer_table(pre: pd.DataFrame) -> pd.DataFrame:
 class AccCheckViewer(BaseViewer):
     """Browse a pre-check: ``AccCheckViewer(pre)`` with an ``AccCheckResult`` or the path of its CSV."""
 
-    COLUMNS: ClassVar[list[str]] = ["call_index", "call", "arg", "result", "standard", "dtype", "shape",
-                                    "max_rel_err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio",
-                                    "max_ulp_err", "ulp_err_ratio", "mismatch", "zero_ratio", "approximate", "err"]
-    METRICS: ClassVar[list[str]] = ["err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio", "max_rel_err",
-                                    "max_ulp_err", "mismatch"]
+    COLUMNS: list[str] = ["call_index", "call", "arg", "result", "standard", "dtype", "shape",
+                          "max_rel_err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio",
+                          "max_ulp_err", "ulp_err_ratio", "mismatch", "zero_ratio", "approximate", "err"]
+    METRICS: list[str] = ["err", "rmse_ratio", "mean_rel_err_ratio", "max_rel_err_ratio", "max_rel_err",
+                          "max_ulp_err", "mismatch"]
     DETAIL_COLUMNS: ClassVar[list[str]] = ["direction", "arg", "result", "api_class", "standard", "level", "dtype",
                                            "shape", "bench_dtype", "approximate", "max_abs_err", "max_rel_err",
                                            "mean_rel_err", "rmse", "small_value_err_ratio", "err_balance",

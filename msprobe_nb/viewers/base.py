@@ -34,8 +34,8 @@ class BaseViewer:
     """Shared logic of the viewers: state, filtered/sorted positions, paging, selection, widgets."""
 
     #: columns shown in the table, in order (those the table lacks are skipped)
-    COLUMNS: ClassVar[list[str]] = []
-    METRICS: ClassVar[list[str]] = []
+    COLUMNS: list[str] = []  # class defaults; an instance may set its own (CompareViewer: by dump mode)
+    METRICS: list[str] = []
     DETAIL_COLUMNS: ClassVar[list[str]] = []
 
     def __init__(self, table: pd.DataFrame, *, thresholds: Any = None, columns: list[str] | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -128,7 +128,7 @@ class CompareViewer(BaseViewer):
     header then says where it is, what it flows into and the trace's suggested fix).
     """
 
-    METRICS: ClassVar[list[str]] = ["err", "norm_rel", "max_rel", "min_rel", "mean_rel"]
+    METRICS: list[str] = ["err", "norm_rel", "max_rel", "min_rel", "mean_rel"]
 
     def __init__(self, result: pd.DataFrame, *, npu: Any = None, bench: Any = None, trace: Any = None,
                  columns: list[str] | None = None, page_size: int = 50, open_at_divergence: bool = True):
@@ -281,6 +281,7 @@ class CompareViewer(BaseViewer):
                       html=head + body + why + stk)
 
     def _tensor_figure(self, d: Detail, name: str):
+        assert self.npu is not None and self.bench is not None, "a detail lists tensor rows only with both dumps"
         r = d.rows.loc[d.rows["name"].astype(object) == name].iloc[0]
         a = self.npu.tensor(str(r["npu_data_name"]), step=int(r["step"]), rank=int(r["rank"]))
         b = self.bench.tensor(str(r["bench_data_name"]), step=int(r["bench_step"]), rank=int(r["bench_rank"]))

@@ -28,10 +28,10 @@ class DumpViewer(BaseViewer):
     ``state`` / ``set_state(**kw)`` / ``rows`` / ``selected`` drive it from code; ``display(viewer)`` shows it.
     """
 
-    COLUMNS: ClassVar[list[str]] = ["call_index", "call", "io", "arg", "kind", "dtype", "shape", "max", "min",
-                                    "mean", "norm", "nan_count", "posinf_count", "neginf_count", "value",
-                                    "requires_grad"]
-    METRICS: ClassVar[list[str]] = ["norm", "max", "min", "mean", "nan_count"]
+    COLUMNS: list[str] = ["call_index", "call", "io", "arg", "kind", "dtype", "shape", "max", "min",
+                          "mean", "norm", "nan_count", "posinf_count", "neginf_count", "value",
+                          "requires_grad"]
+    METRICS: list[str] = ["norm", "max", "min", "mean", "nan_count"]
     DETAIL_COLUMNS: ClassVar[list[str]] = ["io", "arg", "kind", "dtype", "shape", "max", "min", "mean", "norm",
                                            "nan_count", "posinf_count", "neginf_count", "value", "requires_grad",
                                            "device", "producer", "rng"]

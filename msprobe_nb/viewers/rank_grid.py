@@ -90,7 +90,7 @@ def grid_html(cells: pd.DataFrame) -> str:
 class RankGrid:
     """The grid as buttons: ``on_pick(rank, step)`` runs on a click (the viewer filters its table)."""
 
-    def __init__(self, result: Any, on_pick: Callable[[int, int], None]):
+    def __init__(self, result: Any, on_pick: Callable[[int, int], object]):
         self.cells = rank_cells(result)
         self.on_pick = on_pick
         self.widget = self._build()
