@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_ranks import INTEROP, ar, f, table  # noqa: I001
+from helpers import INTEROP, ar, f, table  # noqa: I001
 
 from msprobe_nb import compare, load
 from msprobe_nb.store.hdf5_writer import DumpWriter

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import four_ranks  # noqa: I001 - the planted four-rank run
 from planted_kernels import planted_kernels
-from test_ranks import _four_ranks  # noqa: I001 - the planted four-rank run
 
 import msprobe_nb as mp
 
@@ -30,7 +30,7 @@ def test_acc_check_viewer_verdict_buttons_filter_the_grid(tmp_path):
 
 def test_a_ranks_cell_moves_the_detail_to_that_ranks_first_divergence():
     pytest.importorskip("ipywidgets")
-    v = mp.CompareViewer(mp.compare(_four_ranks(2, 1), _four_ranks(None, 1)))
+    v = mp.CompareViewer(mp.compare(four_ranks(2, 1), four_ranks(None, 1)))
     v.widget  # noqa: B018 - builds the widgets
     v._w["tabs"].selected_index = len(v._w["tabs"].children) - 1  # the Ranks tab draws its grid
     v.rank_grid.buttons[(1, 3)].click()  # step 1, rank 3: reached from rank 2 through a collective

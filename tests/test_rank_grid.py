@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_ranks import _four_ranks  # noqa: I001 - the planted four-rank run
+from helpers import f, four_ranks, table  # noqa: I001 - the planted four-rank run
 
 from msprobe_nb import compare
 from msprobe_nb.viewers import CompareViewer
@@ -12,7 +12,7 @@ from msprobe_nb.viewers.rank_grid import RankGrid, grid_html, rank_calls, rank_c
 
 @pytest.fixture(scope="module")
 def result():
-    return compare(_four_ranks(2, 1), _four_ranks(None, 1))
+    return compare(four_ranks(2, 1), four_ranks(None, 1))
 
 
 def test_grid_holds_a_verdict_per_rank_and_step(result):
@@ -60,7 +60,6 @@ def test_the_compare_viewer_has_a_ranks_tab_that_filters_its_table(result):
 
 
 def test_one_rank_has_no_ranks_tab():
-    from test_ranks import f, table
     r = compare(table({0: [f(0, 1.0)]}), table({0: [f(0, 1.0)]}))
     assert rank_grid(r).shape == (1, 1)
     assert pd.DataFrame(rank_cells(r))["role"].tolist() == [""]
