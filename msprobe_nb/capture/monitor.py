@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -120,11 +120,13 @@ class MonitorHooks:
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                 sink: Callable[[list[str], dict, int], Any], params: Any = None,
+                 sink: Callable[[list[str], dict, int], Any], params: str | Iterable[str] | None = None,
                  stats: Sequence[str] = DEFAULT_STATS, weights: bool = True, grads: bool = True,
-                 optimizer_state: bool = False, activations: Any = False, activation_grads: bool | None = None,
+                 optimizer_state: bool = False, activations: bool | str | Iterable[str] = False,
+                 activation_grads: bool | None = None,
                  histogram: Sequence[float] | None = None, signs: bool = False, grad_scaler: Any = None,
-                 rank: int | None = None, warmup: int = THRESHOLDS["warmup"], window: int = THRESHOLDS["window"],
+                 rank: int | None = None, warmup: int = int(THRESHOLDS["warmup"]),
+                 window: int = int(THRESHOLDS["window"]),
                  spike_z: float = THRESHOLDS["spike_z"], spike_ratio: float = THRESHOLDS["spike_ratio"],
                  spike_floor: float = THRESHOLDS["spike_floor"], direction_drop: float = THRESHOLDS["direction_drop"],
                  alerts: bool = True, start_step: int = 0, local_grads: bool = False) -> None:
@@ -136,7 +138,10 @@ class MonitorHooks:
         #: the count columns, as positions in ``nonfinite_counts``' (nan, inf)
         self._count_sel = [COUNT_STATS.index(s) for s in self.stats if s in COUNT_STATS]
         self._norms_only = self._float_stats == ["norm"]
-        inner = model.module if type(model).__name__ in _WRAPPERS and hasattr(model, "module") else model
+        inner = model
+        if type(model).__name__ in _WRAPPERS and hasattr(model, "module"):
+            # a wrapper's .module is a Module (torch's stubs type Module attributes as Tensor | Module)
+            inner = cast(torch.nn.Module, model.module)
         self.model, self.optimizer, self.grad_scaler = inner, optimizer, grad_scaler
         named = {n: p for n, p in inner.named_parameters() if p.requires_grad}
         self._params = [(n, named[n]) for n in _select(named, params, "parameter")]
@@ -311,8 +316,10 @@ class MonitorHooks:
             # copy for the tensors whose norm is not finite (parameter-shaped kinds: their tensors live on),
             # counted on the device with the rest for activations (not held past their batch)
             eager = bool(self._count_sel) and not cpu and kind in ACT_KINDS
+            counts: torch.Tensor | np.ndarray | None
             floats, counts = tensor_stats(ts, self.stats if eager else self._float_stats,
                                           None if layout is None else (layout, g))
+            assert floats is not None, "the norm is always among the stats"
             if full is not None:
                 floats[:, 0] = full_norms(full)
                 eager = False
@@ -336,12 +343,12 @@ class MonitorHooks:
         """The layout key of parameter-shaped tensors: which parameters, their sizes, dtypes and devices."""
         return (kind, present, tuple(t.numel() for t in ts), frozenset((t.dtype, t.device) for t in ts))
 
-    def _kernel_runs(self, ts: list[torch.Tensor]) -> tuple | None:
+    def _kernel_runs(self, ts: Sequence[torch.Tensor]) -> tuple | None:
         """The C kernel's arguments for ``ts`` when norms (and the counts) alone are asked for and every tensor
         suits it."""
         return cpu_norm_runs(ts) if self._norms_only and ts[0].is_cpu else None
 
-    def _aggregate_params(self, kind: str, present: tuple | None, ts: list[torch.Tensor], runs: tuple | None,
+    def _aggregate_params(self, kind: str, present: tuple | None, ts: Sequence[torch.Tensor], runs: tuple | None,
                           signs: bool = False, hist: bool = False, norms: np.ndarray | None = None) -> None:
         """Queue the rows of parameter-shaped tensors ``ts`` (of the watched parameters at positions
         ``present``, None: all). With ``runs`` (:meth:`_kernel_runs`: norms alone of float32 CPU tensors, the
@@ -361,7 +368,7 @@ class MonitorHooks:
             if len(self._names) > 64:
                 self._names.clear()
             self._names[present] = names
-        extra = {"numel": np.array(runs[1], np.int64)}
+        extra: dict[str, Any] = {"numel": np.array(runs[1], np.int64)}
         if signs and self._signs is not None:
             extra["signs"] = self._signs.pack(ts)
         if hist and self._bounds is not None:
@@ -387,8 +394,9 @@ class MonitorHooks:
         if not (self._norms_only and self._want["weight"] and self._want["grad"] and self._params) \
                 or len(self._weights) != len(self._params) or not self._param_tensors[0].is_cpu:
             return False
-        ws, gs = self._param_tensors, self._grad_list()
-        if any(g is None for g in gs):
+        ws, grads = self._param_tensors, self._grad_list()
+        gs = [g for g in grads if g is not None]
+        if len(gs) != len(grads):
             return False
         runs = cpu_norm_runs(ws + gs)
         if runs is None:
@@ -402,11 +410,11 @@ class MonitorHooks:
     def _read_grads(self) -> None:
         if not self._want["grad"]:
             return
-        ts = self._grad_list()
+        grads = self._grad_list()
         present = None  # positions of the parameters that have a row; None: all
-        if any(g is None for g in ts):  # parameters without a gradient this step have no row
-            present = [i for i, g in enumerate(ts) if g is not None]
-            ts = [ts[i] for i in present]
+        ts = [g for g in grads if g is not None]
+        if len(ts) != len(grads):  # parameters without a gradient this step have no row
+            present = [i for i, g in enumerate(grads) if g is not None]
         runs = self._kernel_runs(ts) if ts else None
         if runs is None:  # the general path leaves out empty gradients (an empty tensor has no min)
             kept = [k for k, g in enumerate(ts) if g.numel()]
@@ -429,6 +437,7 @@ class MonitorHooks:
         self._weights_read = True
 
     def _read_optimizer_state(self) -> None:
+        assert self.optimizer is not None, "optimizer_state rows are wanted only with an optimizer"
         state = self.optimizer.state
         first = state.get(self._params[0][1]) if self._params else None
         if not first or not any(k in first for k in ("exp_avg", "exp_avg_sq")):
@@ -478,7 +487,7 @@ class MonitorHooks:
                 layout.append((kind, names, extra, slots))
         loss_at = scale_at = None
         if isinstance(loss, torch.Tensor) and loss.is_cpu and loss.numel() == 1:
-            loss = float(loss)  # on the host already: read now (no copy to batch)
+            loss = float(loss.detach())  # on the host already: read now (no copy to batch), no grad warning
         if isinstance(loss, torch.Tensor):
             loss_at = len(parts)
             parts.append(loss.detach().float().reshape(-1)[:1])
@@ -491,7 +500,9 @@ class MonitorHooks:
 
     def _commit(self, layout: list, host: list[np.ndarray], loss: Any, loss_at: int | None,
                 scale_at: int | None) -> None:
-        names_all, kinds_all, blocks = [], [], []
+        names_all: list[str] = []
+        kinds_all: list[str] = []
+        blocks: list[np.ndarray] = []
         sign_pos, sign_numel, sign_bytes = [], [], []
         grad_sq = 0.0
         for kind, names, extra, slots in combined(layout, host, self._float_stats):
