@@ -79,11 +79,14 @@ def test_the_widgets_build_and_a_canvas_click_opens_the_cell(runs):
     v = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"))
     box = v.widget()
     assert "first divergence" in box.children[0].value and "step 12" in box.children[0].value
-    if v._heat is None:
+    w = v.widgets
+    with pytest.raises(TypeError):
+        w["numbers"] = None  # read-only
+    if "heat" not in w:
         pytest.skip("anywidget is not installed: the heat map is a picture")
-    v._heat._on_msg(v._heat, {"event": "cell", "row": 0, "col": 3}, [])  # as the browser sends a click
-    assert v.state["selected"] == (3, "0.weight") and "step 3, 0.weight" in v._numbers.value
-    assert v._heat.payload["selected"] == [0, 3]
+    w["heat"]._on_msg(w["heat"], {"event": "cell", "row": 0, "col": 3}, [])  # as the browser sends a click
+    assert v.state["selected"] == (3, "0.weight") and "step 3, 0.weight" in w["numbers"].value
+    assert w["heat"].payload["selected"] == [0, 3]
     one = mp.MonitorViewer(str(runs / "b"))  # a record, not a comparison
     assert one.state["value"] == "norm" and not one.heatmap().empty and one.widget() is not None
 

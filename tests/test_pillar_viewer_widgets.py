@@ -20,7 +20,7 @@ def test_acc_check_viewer_verdict_buttons_filter_the_grid(tmp_path):
         (torch.softmax(F.linear(x, w), -1) * 2.0).sum().backward()
     v = mp.AccCheckViewer(mp.acc_check(dbg.dump_dir))
     v.widget  # noqa: B018 - builds the widgets
-    buttons = v._w["verdict"]
+    buttons = v.widgets["verdict"]
     assert buttons.options == ("all", "pass", "error")
     buttons.value = "error"
     assert list(v.rows["call"]) == ["Torch.softmax.0.forward", "Torch.softmax.0.backward"]
@@ -32,7 +32,7 @@ def test_a_ranks_cell_moves_the_detail_to_that_ranks_first_divergence():
     pytest.importorskip("ipywidgets")
     v = mp.CompareViewer(mp.compare(four_ranks(2, 1), four_ranks(None, 1)))
     v.widget  # noqa: B018 - builds the widgets
-    v._w["tabs"].selected_index = len(v._w["tabs"].children) - 1  # the Ranks tab draws its grid
+    v.widgets["tabs"].selected_index = len(v.widgets["tabs"].children) - 1  # the Ranks tab draws its grid
     v.rank_grid.buttons[(1, 3)].click()  # step 1, rank 3: reached from rank 2 through a collective
     d = v.selected
     assert (d.step, d.rank) == (1, 3) and d.call == v.result.first_divergence(step=1, rank=3).call

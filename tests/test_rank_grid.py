@@ -50,7 +50,7 @@ def test_the_compare_viewer_has_a_ranks_tab_that_filters_its_table(result):
     rows = v.rows
     assert set(rows["rank"]) == {3} and set(rows["step"]) == {1} and len(rows) == 10
     v.widget  # noqa: B018 - builds the widgets
-    tabs = v._w["tabs"]
+    tabs = v.widgets["tabs"]
     titles = [tabs.get_title(i) for i in range(len(tabs.children))]
     assert titles[-1] == "Ranks"
     tabs.selected_index = len(titles) - 1  # opening the tab draws the grid

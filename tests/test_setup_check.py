@@ -273,11 +273,11 @@ def test_the_compare_viewer_opens_on_the_set_up_differences(base: Path, tmp_path
     viewer = mp.CompareViewer(mp.compare(base, other, progress=False))
     assert list(viewer.setup["item"]) == ["group 0 betas"]
     assert viewer.widget is not None
-    tabs = viewer._w["tabs"]
-    assert tabs.titles[tabs.selected_index] == "Set-up" and "group 0 betas" in viewer._w["setup"].value
+    tabs = viewer.widgets["tabs"]
+    assert tabs.titles[tabs.selected_index] == "Set-up" and "group 0 betas" in viewer.widgets["setup"].value
     same = mp.CompareViewer(mp.compare(base, base, progress=False))
     assert same.widget is not None
-    assert same.setup is not None and same.setup.empty and "Set-up" not in same._w["tabs"].titles
+    assert same.setup is not None and same.setup.empty and "Set-up" not in same.widgets["tabs"].titles
 
 
 def test_the_hash_is_of_the_values_and_the_same_on_every_path():

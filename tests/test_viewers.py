@@ -491,7 +491,7 @@ def test_compare_viewer_opens_scrolled_to_the_divergence(runs):
     d = v.divergence
     assert d is not None
     assert v.widget is not None  # the first payload the browser gets scrolls to the selected divergence
-    p = v._w["grid"].payload
+    p = v.widgets["grid"].payload
     assert p["selected"] and p["scroll_to"] == p["selected"][0], (p["selected"], p["scroll_to"])
     assert p["rows"][p["scroll_to"]][0].startswith(d.call), p["rows"][p["scroll_to"]]
 
@@ -572,7 +572,9 @@ def test_widgets_mirror_state(runs):
     v = DumpViewer(runs["statistics"][0], page_size=10)
     box = v.widget
     assert isinstance(box, W.VBox) and "application/vnd.jupyter.widget-view+json" in v._repr_mimebundle_()
-    w = v._w
+    w = v.widgets
+    with pytest.raises(TypeError):
+        w["grid"] = None  # read-only: the viewer's own dict stays as built
     grid = w["grid"]
     w["io"].value = "output"  # widget -> state
     assert v.state.io == "output" and set(v.rows["io"]) == {"output"}
@@ -605,7 +607,7 @@ def test_widgets_mirror_state(runs):
 
 def test_tree_node_filters_the_grid(runs):
     v = CompareViewer(runs["statistics"][2])
-    w = (v.widget, v._w)[1]
+    w = v.widgets
     tree = w["tree"]
     assert tree.expanded == ["Module.act.ReLU.forward.0"] and tree.nodes[1]["verdict"] == "error"
     tree.click_node("Module.l2.Linear.forward.0")
@@ -620,7 +622,7 @@ def test_plain_widgets_without_anywidget(runs):
     """Without anywidget the shell is plain ipywidgets: a static page, a row picker, the tree as a list."""
     with mock.patch.object(grid_widget, "_load", lambda: None):
         v = DumpViewer(runs["statistics"][0], page_size=10)
-        w = (v.widget, v._w)[1]
+        w = v.widgets
     assert "grid" not in w and type(w["call"]).__name__ == "Text"
     v.set_state(family="Functional")
     assert "Functional" in w["table"].value
@@ -636,7 +638,7 @@ def test_plain_widgets_without_anywidget(runs):
 
 def test_compare_viewer_widgets(runs):
     v = CompareViewer(runs["tensor"][2])
-    w = (v.widget, v._w)[1]
+    w = v.widgets
     assert "first divergence: Functional.relu.0.forward" in w["header"].value
     w["verdict"].value = "warning"
     assert v.state.verdict == "warning" and set(v.rows["result"]) == {"warning"}
@@ -669,7 +671,7 @@ def test_acc_check_viewer_err_is_the_worst_ratio_and_plots_per_call(tmp_path):
     title = fig.axes[0].get_title()
     assert "per call" in title and "(top level)" not in [x.get_text() for x in fig.axes[0].get_yticklabels()]
     assert len(fig.axes[0].patches) == t.loc[t["err"].notna(), "call"].nunique()
-    w = (v.widget, v._w)[1]
+    w = v.widgets
     w["grid"].click_header("err")  # the worst first
     assert v.state.sort_by == "err" and not v.state.ascending
     errs = pd.to_numeric(v.rows["err"]).dropna()

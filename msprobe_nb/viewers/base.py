@@ -11,6 +11,7 @@ hooks of the shell for widgets of its own.
 from __future__ import annotations
 
 import html
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -235,6 +236,13 @@ class BaseViewer:
     def _w(self) -> dict[str, Any] | None:
         """The shell's widgets by name (None until :attr:`widget` is first used)."""
         return self._shell.w if self._shell is not None else None
+
+    @property
+    def widgets(self) -> MappingProxyType:
+        """The shell's widgets by name ("grid", "tabs", "verdict", ...), read-only: for tests and for users who
+        script the viewer (built on first use, like :attr:`widget`)."""
+        self.widget  # noqa: B018 - builds the shell
+        return MappingProxyType(self._shell.w)
 
     def _repr_mimebundle_(self, **kwargs: Any):
         """The widget, with the current page as static HTML for frontends without widgets (nbconvert)."""

@@ -10,6 +10,7 @@ PNG with a step and a name picker.
 from __future__ import annotations
 
 import base64
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -248,6 +249,16 @@ class MonitorViewer:
         if self._widget is None:
             self._build()
         return self._widget
+
+    @property
+    def widgets(self) -> MappingProxyType:
+        """The layout's widgets by name ("value", "kind", "heat", "curves", "anomalies", "numbers", ...),
+        read-only: for tests and for users who script the viewer (built on first use)."""
+        self.widget()
+        names = {"value": "_w_value", "kind": "_w_kind", "heat": "_heat", "heat_image": "_heat_img",
+                 "step": "_w_step", "layer": "_w_name", "curves": "_curves_img", "anomalies": "_anoms",
+                 "anomalies_head": "_anoms_head", "numbers": "_numbers"}
+        return MappingProxyType({k: getattr(self, a) for k, a in names.items() if getattr(self, a, None) is not None})
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
