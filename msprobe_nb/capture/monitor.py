@@ -15,7 +15,6 @@ in ``step()``.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, cast
@@ -23,20 +22,18 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from msprobe_nb.store.monitor_rules import AlertRules, alert_message
+from msprobe_nb.store.monitor_rules import AlertRules
 from msprobe_nb.store.monitor_schema import (
     ACT_KINDS,
     COUNT_STATS,
     DEFAULT_STATS,
     FLOAT_STATS,
-    RULES,
-    SPIKE_KINDS,
-    SPIKE_SCALARS,
     STATS,
     THRESHOLDS,
 )
 
 from .monitor_acts import combined
+from .monitor_live_alerts import ALERT_LINES, LiveAlerts  # noqa: F401 - ALERT_LINES: the shells' name for it
 from .monitor_sharded import full_nonfinite_counts, full_norms, is_dtensor, local_shards
 from .monitor_stats import (
     SignHistory,
@@ -54,9 +51,6 @@ __all__ = ["ACT_BATCH", "DEFAULT_STATS", "MonitorHooks"]
 #: activations (or their gradients) held before their aggregates are computed together (bounds the memory held)
 ACT_BATCH = 64
 _graph_task_id = torch._C._current_graph_task_id  # != -1 inside autograd's backward
-#: lines the console gets from the alert rules over a whole run (one per step with news, at most); the rest
-#: are counted in one last line (``Monitor.alerts`` keeps every alert, ``anomalies()`` lists them)
-ALERT_LINES = 10
 _WRAPPERS = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParallel")
 
 
@@ -165,12 +159,7 @@ class MonitorHooks:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.rank, self.step_index = int(rank), int(start_step)
         rules = AlertRules(warmup, window, spike_z, spike_ratio, direction_drop, spike_floor)  # checks them
-        self._rules = rules if alerts else None
-        self.alerts: list[str] = []
-        self._lines_printed = 0
-        self._printed: set[tuple[str, int]] = set()  # (rule, series) already on the console
-        self._series: dict[tuple[str, str], int] = {}
-        self._alert_memo: tuple | None = None  # the last step's (kinds, names, scalars) and their series ids
+        self._live = LiveAlerts(rules, self.rank, self._col) if alerts else None
         meta = {"stats": self.stats, "histogram": None if self._bounds is None else self._bounds.tolist(),
                 "signs": bool(signs), **rules.thresholds, "direction_min_numel": THRESHOLDS["direction_min_numel"],
                 "model": type(inner).__name__, "optimizer": type(optimizer).__name__ if optimizer else None,
@@ -550,65 +539,17 @@ class MonitorHooks:
         scalars["micro_batches"] = float(self._micro)
         signs = (sign_pos, sign_numel, np.concatenate(sign_bytes)) if sign_bytes else None
         step = self.step_index
-        self._alert(step, names_all, kinds_all, values, scalars)
+        if self._live is not None:
+            self._live.observe(step, names_all, kinds_all, values, scalars)
         self._writer.write_step(step, names_all, kinds_all, values, scalars, signs)
         self.step_index += 1
         self._reset()
 
 
-    def _alert(self, step: int, names: list[str], kinds: list[str], values: np.ndarray,
-               scalars: dict[str, float]) -> None:
-        if self._rules is None:
-            return
-        sc = [n for n in SPIKE_SCALARS if n in scalars]
-        memo = self._alert_memo
-        if memo is None or memo[0] != kinds or memo[1] != names or memo[2] != sc:  # most steps repeat the last
-            rows = np.fromiter((i for i, k in enumerate(kinds) if k in SPIKE_KINDS), np.int64)
-            keys = [(kinds[i], names[i]) for i in rows] + [("scalar", n) for n in sc]
-            ids = np.fromiter((self._series.setdefault(k, len(self._series)) for k in keys), np.int64, len(keys))
-            drows = dids = None
-            if "sign_agree" in self._col:
-                numel = values[:, self._col["numel"]]
-                big = THRESHOLDS["direction_min_numel"]
-                drows = np.fromiter((i for i, k in enumerate(kinds) if k == "grad" and numel[i] >= big), np.int64)
-                dids = np.fromiter((self._series.setdefault(("direction", names[i]), len(self._series))
-                                    for i in drows), np.int64, len(drows))
-            memo = self._alert_memo = (list(kinds), list(names), sc, rows, ids, drows, dids)
-        _, _, _, rows, ids, drows, dids = memo
-        vals = np.concatenate([values[rows, 0], np.asarray([scalars[n] for n in sc], np.float64)])
-        found = self._rules.observe(step, ids, vals)
-        if drows is not None:
-            found += self._rules.observe(step, dids, values[drows, self._col["sign_agree"]], direction=True)
-        if found:
-            self._report(step, found)
-
-    def _report(self, step: int, found: list) -> None:
-        """Keep every alert's line in ``alerts``; print a bounded summary: per step with news (a series and rule
-        not printed before), its most severe alert and how many more it had, for ``ALERT_LINES`` such steps."""
-        label = {v: k for k, v in self._series.items()}
-        rank = {r: i for i, r in enumerate(RULES)}
-        found = sorted(found, key=lambda a: (rank[a.rule], -a.severity))
-        lines = []
-        for a in found:
-            kind, name = label[a.series]
-            msg = alert_message(a.rule, kind, name, a.value, a.reference)
-            lines.append(f"msprobe_nb monitor: step {step}, rank {self.rank}: {msg}")
-        self.alerts += lines
-        news = [i for i, a in enumerate(found) if (a.rule, a.series) not in self._printed]
-        if not news:
-            return
-        self._printed.update((found[i].rule, found[i].series) for i in news)
-        if self._lines_printed >= ALERT_LINES:
-            return
-        self._lines_printed += 1
-        text = lines[news[0]]
-        if len(found) > 1:
-            text += (f"\nmsprobe_nb monitor: step {step}, rank {self.rank}: and {len(found) - 1} more alert(s) "
-                     "(mon.alerts, load_monitor(...).anomalies())")
-        if self._lines_printed == ALERT_LINES:
-            text += (f"\nmsprobe_nb monitor: rank {self.rank}: {ALERT_LINES} steps with alerts printed; later ones "
-                     "are not printed (mon.alerts keeps them)")
-        print(text, file=sys.stdout, flush=True)
+    @property
+    def alerts(self) -> list[str]:
+        """Every alert the run raised so far, as the console would word it (the console gets a summary)."""
+        return self._live.alerts if self._live is not None else []
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def close(self) -> None:
