@@ -11,7 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ from .matching import Mapping, MatchError, match_rows
 from .msprobe_csv import EXTRA_COLUMNS, MSPROBE_HEADERS, msprobe_frame  # noqa: F401 - re-exported
 from .precision_model import Precision
 from .ranks import check_world_sizes, collective_table, first_across_ranks
+
+if TYPE_CHECKING:
+    from msprobe_nb.store.dump import Dump
 
 MODES = ("auto", "statistics", "tensor", "md5")
 _REQUIRED = ("step", "rank", "call_index", "call", "name")
@@ -137,7 +140,8 @@ def _has_tensors(side: _Side) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- compare
-def compare(npu: Any, bench: Any, *, mode: str = "auto", fuzzy: bool = False, mapping: Any = None,
+def compare(npu: str | os.PathLike[str] | Dump | pd.DataFrame, bench: str | os.PathLike[str] | Dump | pd.DataFrame, *,
+            mode: str = "auto", fuzzy: bool = False, mapping: Mapping | dict | str | Path | None = None,
             thresholds: Thresholds | dict | None = None, rank_map: dict | None = None, step_map: dict | None = None,
             progress: bool | None = None, precision: Precision | dict | bool | None = None) -> CompareResult:
     """Compare an NPU dump with a bench dump.

@@ -7,17 +7,23 @@ statistics (and hashes, when recorded) is the test, so the check needs no tolera
 """
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import forward_of
 from msprobe_nb.capture.random_apis import NOT_DRAWN
 
+if TYPE_CHECKING:
+    from msprobe_nb.store.dump import Dump
+
 _KEY = ["step", "rank", "name"]
 _EXACT = ["max", "min", "mean", "norm", "nan_count", "posinf_count", "neginf_count"]
 
 
-def _calls_of(x) -> pd.DataFrame:
+def _calls_of(x: str | os.PathLike[str] | Dump | pd.DataFrame) -> pd.DataFrame:
     if isinstance(x, pd.DataFrame):
         return x
     if hasattr(x, "calls"):
@@ -35,7 +41,8 @@ def _same(a: pd.Series, b: pd.Series) -> np.ndarray:
     return np.where(a_na | b_na, a_na & b_na, eq).astype(bool)
 
 
-def check_determinism(run_a, run_b) -> pd.DataFrame:
+def check_determinism(run_a: str | os.PathLike[str] | Dump | pd.DataFrame,
+                      run_b: str | os.PathLike[str] | Dump | pd.DataFrame) -> pd.DataFrame:
     """Calls whose results differ between two runs of the same script, seed and machine.
 
     Returns one row per differing call in execution order: ``kind`` is ``nondeterministic`` (inputs

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from .monitor_frame import load_monitor
+from .monitor_frame import MonitorFrame, load_monitor
 
 __all__ = ["export_tensorboard"]
 
 
-def export_tensorboard(record: Any, logdir: str | Path, stats: Sequence[str] = ("norm",),
+def export_tensorboard(record: MonitorFrame | str | Path, logdir: str | Path, stats: Sequence[str] = ("norm",),
                        kinds: Sequence[str] | None = None) -> list[Path]:
     """Write ``record`` (a ``MonitorFrame`` or a monitor folder) under ``logdir/rank<N>``; returns the folders.
 

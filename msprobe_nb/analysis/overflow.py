@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from .grading import INPUT_IO, OUTPUT_IO
 from .rank_order import group_of, order_key, participants, sync_order
+
+if TYPE_CHECKING:
+    from msprobe_nb.store.dump import Dump
 
 _FLOAT_WORDS = ("float", "half", "double", "complex")
 
@@ -100,7 +103,8 @@ def _calls_table(dump: Any) -> pd.DataFrame:
     return calls
 
 
-def find_overflow(dump: Any, *, step: int | None = None, rank: int | None = None) -> Overflow | None:
+def find_overflow(dump: str | os.PathLike[str] | Dump | pd.DataFrame, *, step: int | None = None,
+                  rank: int | None = None) -> Overflow | None:
     """The first call, over all ranks in step and collective order, whose inputs are finite and whose outputs
     are not; None when every recorded tensor is finite. ``dump``: a path, a ``Dump`` or a calls table;
     ``step`` / ``rank`` restrict the search."""

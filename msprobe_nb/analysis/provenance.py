@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
 from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, NOT_DRAWN, RANDOM_APIS
+
+if TYPE_CHECKING:
+    from msprobe_nb.analysis.compare import CompareResult
 
 TRACE_COLUMNS = ["step", "rank", "call", "role", "rng", "file", "line", "code", "note"]
 
@@ -78,7 +82,8 @@ def _seed_of(state: str) -> str:
     return state.split()[0] if state else ""
 
 
-def trace_randomness(result, divergence: Divergence | None = None, max_calls: int = 10_000) -> RandomTrace:
+def trace_randomness(result: CompareResult, divergence: Divergence | None = None,
+                     max_calls: int = 10_000) -> RandomTrace:
     """Walk back from the first divergence of ``result`` (a CompareResult) to the random draws at its root."""
     d = divergence if divergence is not None else result.first_divergence()
     empty = pd.DataFrame(columns=TRACE_COLUMNS)
@@ -183,12 +188,13 @@ def trace_randomness(result, divergence: Divergence | None = None, max_calls: in
         sources.append(row(call, "random draw", note))
         advice.append(_advice(str(first.at[call, "op"]), str(first.at[call, "family"]), sources[-1]["rng"]))
 
-    chain = []
+    chain: list[dict] = []
     for src in [s["call"] for s in sources][:1] or []:
-        c, path = src, []
-        while c is not None:
-            path.append(c)
-            c = parent.get(c)
+        at: str | None = src
+        path: list[str] = []
+        while at is not None:
+            path.append(at)
+            at = parent.get(at)
         for i, call in enumerate(path):
             role = "random draw" if i == 0 else ("first divergence" if call == start else "carries it")
             chain.append(row(call, role))

@@ -238,10 +238,11 @@ class BaseViewer:
         return self._shell.w if self._shell is not None else None
 
     @property
-    def widgets(self) -> MappingProxyType:
+    def widgets(self) -> MappingProxyType[str, Any]:
         """The shell's widgets by name ("grid", "tabs", "verdict", ...), read-only: for tests and for users who
         script the viewer (built on first use, like :attr:`widget`)."""
         self.widget  # noqa: B018 - builds the shell
+        assert self._shell is not None, "the widget property builds the shell"
         return MappingProxyType(self._shell.w)
 
     def _repr_mimebundle_(self, **kwargs: Any):
