@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from .base import BaseViewer
 from .detail import Detail, frames_html, parse_frames
 from .table import VERDICTS, cell_styles, reason_rank, render_html
 from .viewer_widgets import ViewerWidgets, fixed, opt, toggles_layout
+
+if TYPE_CHECKING:
+    from msprobe_nb.store.dump import Dump
 
 __all__ = ["TRACE_COLUMNS", "CompareViewer", "trace_frame", "trace_html"]
 
@@ -130,7 +133,7 @@ class CompareViewer(BaseViewer):
 
     METRICS: list[str] = ["err", "norm_rel", "max_rel", "min_rel", "mean_rel"]
 
-    def __init__(self, result: pd.DataFrame, *, npu: Any = None, bench: Any = None, trace: Any = None,
+    def __init__(self, result: pd.DataFrame, *, npu: Dump | None = None, bench: Dump | None = None, trace: Any = None,
                  columns: list[str] | None = None, page_size: int = 50, open_at_divergence: bool = True):
         self.result = result
         ctx = getattr(result, "_ctx", None)
