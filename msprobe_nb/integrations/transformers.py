@@ -9,15 +9,23 @@ saving run outside it and are not recorded. See docs/integrations.md.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
+if TYPE_CHECKING:  # a checker sees the real base class (object stands in for it at run time without transformers)
     from transformers import TrainerCallback as _Base
-except ImportError:  # transformers is optional: the class still imports, and says what is missing when used
-    _Base = object
-    _MISSING = True
-else:
+
+    from msprobe_nb.debugger import Debugger
+    from msprobe_nb.monitor import Monitor
+
     _MISSING = False
+else:
+    try:
+        from transformers import TrainerCallback as _Base
+    except ImportError:  # transformers is optional: the class still imports, and says what is missing when used
+        _Base = object
+        _MISSING = True
+    else:
+        _MISSING = False
 
 __all__ = ["MsprobeCallback"]
 
@@ -35,8 +43,8 @@ class MsprobeCallback(_Base):
         self.dump_path, self.level, self.task, self.monitor = dump_path, level, task, monitor
         self.steps = sorted({int(s) for s in steps}) if steps else []
         self.options = options
-        self.debugger = None  # the Debugger, once training began (monitor=False)
-        self.monitor_hooks = None  # the Monitor, once training began (monitor=True)
+        self.debugger: Debugger | None = None  # the Debugger, once training began (monitor=False)
+        self.monitor_hooks: Monitor | None = None  # the Monitor, once training began (monitor=True)
         self._counted = 0  # optimizer steps the Debugger has been told of (its step counter)
 
     # ------------------------------------------------------------------ Trainer events
