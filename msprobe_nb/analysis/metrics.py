@@ -214,6 +214,7 @@ def tensor_metrics(npu: Any, bench: Any, *, near_zero_rtol: float = 1e-2) -> dic
         msgs.append("tensor of one element: Cosine is not defined")
         return res
     na, nb = float(np.linalg.norm(nf)), float(np.linalg.norm(bf))
+    eps = float(eps)  # a float16 eps would cast a norm past 65504 to inf (and warn) in the comparisons below
     if na <= eps and nb <= eps:
         res["cosine"] = 1.0
     elif na <= eps or nb <= eps:
