@@ -22,7 +22,7 @@ import sys
 import zlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from msprobe_nb.capture.random_apis import (
     NO_DRAW,
     TENSOR_ARG_DRAWS,
 )
+
+if TYPE_CHECKING:
+    from msprobe_nb.capture.recorder import Recorder
 
 _DROPOUT_FAMILY_P = {op for _, op in DROPOUTS}
 #: (module, function name, family, state digest, the function wrapped, its wrapper)
@@ -94,7 +97,7 @@ class RandomPolicy:
         self.host_generator = torch.Generator(device="cpu")
         self.host_generator.manual_seed(1234 if cfg.seed is None else cfg.seed)
 
-    recorder = None  # set by the Debugger: where Python/numpy draws are recorded
+    recorder: Recorder | None = None  # set by the Debugger: where Python/numpy draws are recorded
 
     def install(self) -> None:
         """Wrap Python's and numpy's module-level random functions (torch draws need nothing: the mode sees them).
