@@ -87,3 +87,32 @@ def test_low_precision_statistics_are_computed_in_float32_or_wider(tmp_path):
         checked += 1
     assert checked >= 3
     assert np.isfinite(c.loc[c["dtype"] == "torch.float8_e4m3fn", "norm"].astype(float)).all()
+
+
+def test_stored_bytes_decode_to_numpy_as_torch_widens_them():
+    """bfloat16 (every bit pattern) and float8 (every pattern) become the float32 torch's ``.float()`` gives."""
+    from msprobe_nb.store.tensor_arrays import array_of_bytes
+    for dt, bits in ((torch.bfloat16, torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16)),
+                     (torch.float8_e4m3fn, torch.arange(256, dtype=torch.int32).to(torch.uint8)),
+                     (torch.float8_e5m2, torch.arange(256, dtype=torch.int32).to(torch.uint8))):
+        t = bits.view(dt)
+        got = array_of_bytes(bits.view(torch.uint8).numpy(), str(dt), tuple(t.shape))
+        want = t.float().numpy()
+        assert got.dtype == np.float32
+        assert np.array_equal(got, want, equal_nan=True), dt
+
+
+def test_a_tensor_task_compare_of_kit_dumps_imports_no_torch(tmp_path):
+    """The analysis reads kit tensors as numpy arrays (bf16 and fp8 as float32): no torch in the compare."""
+    import subprocess
+    import sys
+    _record(tmp_path / "a", "tensor", "L1", 0.0)
+    _record(tmp_path / "b", "tensor", "L1", 1e-2)
+    code = (f"import sys, msprobe_nb as mp\n"
+            f"r = mp.compare(mp.load({str(tmp_path / 'a')!r}), mp.load({str(tmp_path / 'b')!r}), progress=False)\n"
+            "low = r['npu_dtype'].isin(['torch.bfloat16', 'torch.float8_e4m3fn'])\n"
+            "print(r.mode, int(r.loc[low, 'cosine'].notna().sum()), int((r['tensor_status'] == 'file').sum()),\n"
+            "      'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["tensor", p.stdout.split()[1], "0", "False"] and int(p.stdout.split()[1]) >= 2

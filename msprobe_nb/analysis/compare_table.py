@@ -245,7 +245,7 @@ def add_tensor_metrics(t: dict[str, np.ndarray], nd: Any, bd: Any, th: Threshold
 
 
 def _load_tensor(dump: Any, data_name: str, step: int, rank: int) -> Any:
-    direct = getattr(dump, "load_tensor", None)  # straight to the file: no lookup in the calls table
+    direct = getattr(dump, "load_array", None) or getattr(dump, "load_tensor", None)  # straight to the file
     if direct is not None:
         return direct(data_name, step=int(step), rank=int(rank))
     try:

@@ -7,6 +7,7 @@ msprobe CSV export turns them into percent strings. See ``docs/compare.md`` for 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -109,12 +110,10 @@ def near_zero_labels(mask: np.ndarray) -> np.ndarray:
 
 
 def _to_numpy(x: Any) -> np.ndarray:
-    """A tensor or array as a numpy array msprobe would compare (bf16/fp8 -> fp32, bool -> fp32)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    else:
+    """A tensor or array as a numpy array msprobe would compare (bf16/fp8 -> fp32, bool -> fp32). Numpy arrays
+    (what the kit's HDF5 loader gives the analysis) need no torch; torch is imported only for a torch tensor."""
+    torch = None if isinstance(x, np.ndarray) else sys.modules.get("torch")  # no torch loaded: x is no tensor
+    if torch is not None:
         if isinstance(x, torch.Tensor):
             t = x.detach()
             if t.device.type != "cpu":

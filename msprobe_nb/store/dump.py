@@ -145,6 +145,15 @@ class Dump:
                            "only tensor-mode dumps keep whole tensors")
         return self.load_tensor(str(row["data_name"]), step=int(row["step"]), rank=int(row["rank"]))
 
+    def load_array(self, data_name: str, step: int, rank: int) -> Any:
+        """The tensor as the analysis reads it: a numpy array where the loader gives one without torch (the
+        HDF5 loader: bfloat16 and float8 as float32, docs/compare.md), else what ``load_tensor`` gives."""
+        loader = self._parts.tensor_loader
+        array = getattr(loader, "array", None)
+        if array is not None and f"rank{rank}/{data_name}" in loader:
+            return array(f"rank{rank}/{data_name}")
+        return self.load_tensor(data_name, step=step, rank=rank)
+
     def load_tensor(self, data_name: str, step: int, rank: int) -> Any:
         """Whole tensor by its data_name in (step, rank), straight from the loader (no table lookup)."""
         loader: Any = self._parts.tensor_loader  # a callable; some take step/rank, some know their keys (``in``)

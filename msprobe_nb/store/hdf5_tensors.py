@@ -12,6 +12,7 @@ import numpy as np
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.hdf5_open import READ_ERRORS, open_rank_file
 from msprobe_nb.store.hdf5_tails import dataset
+from msprobe_nb.store.tensor_arrays import array_of_bytes, decodable
 
 __all__ = ["TensorLoader"]
 
@@ -89,6 +90,27 @@ class TensorLoader:
     def names(self) -> list[str]:
         """Every ``rank{r}/name`` key."""
         return [k for k in self.entries if k.startswith("rank") and "/" in k]
+
+    def array(self, data_name: str) -> np.ndarray:
+        """The tensor as a numpy array, without torch: the analysis's form (bfloat16 and float8 as float32,
+        store/tensor_arrays.py)."""
+        try:
+            path, width, offset, count, dtype_name, shape = self.entries[data_name]
+        except KeyError:
+            raise KeyError(f"no tensor named {data_name!r} in {self.source!r}") from None
+        if not decodable(dtype_name):
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} has unknown dtype {dtype_name!r}")
+        try:
+            arr = self._read(path, width, offset, count) if count else np.zeros(0, np.uint8)
+        except READ_ERRORS as e:
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
+        if len(arr) != count:
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
+        try:
+            return array_of_bytes(arr, dtype_name, tuple(shape))
+        except ValueError as e:
+            raise DumpFormatError(
+                f"{path!r}: tensor {data_name!r} does not fit {dtype_name}{list(shape)} ({e})") from None
 
     def __call__(self, data_name: str) -> Any:
         import torch
