@@ -28,7 +28,8 @@ def _seed_report() -> Any:
     return getattr(seeding, "last_report", None)
 
 
-def snapshot_setup(model: Any = None, optimizer: Any = None, data: Any = None, path: str | os.PathLike = ".", *,
+def snapshot_setup(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
+                   data: Any = None, path: str | os.PathLike = ".", *,
                    scheduler: Any = None, grad_scaler: Any = None, rank: int | None = None) -> dict[str, Any]:
     """Record the run's set-up now and write it as ``<path>/setup_rank<N>.json`` (for runs not recorded by the
     Debugger or the Monitor); returns the record. ``data``: the first batches (a list, or an iterable of which
