@@ -408,7 +408,8 @@ class Debugger:
                "later steps keep their numbers")
         if isinstance(exc, OSError):
             return DumpWriteError(code, msg, step, where)
-        exc.add_note(msg)
+        if hasattr(exc, "add_note"):  # Python 3.11+; on 3.10 the error goes up as it came
+            exc.add_note(msg)
         return None
 
     def _online_check(self):

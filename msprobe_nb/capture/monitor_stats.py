@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe_nb.capture.host_arrays import numpy_copy
 from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel
 from msprobe_nb.store.monitor_schema import COUNT_STATS, FLOAT_STATS, STATS
 
@@ -280,7 +281,7 @@ def gather(parts: Sequence[torch.Tensor | np.ndarray]) -> list[np.ndarray]:
         for device, idx in by_device.items():
             if device.type == "cpu":  # already on the host: a copy each (a part may be a view of the caller's)
                 for i in idx:
-                    out[i] = parts[i].numpy().copy()
+                    out[i] = numpy_copy(parts[i])
                 continue
             flats = [parts[i].contiguous().reshape(-1).view(torch.uint8) for i in idx]
             # a lone CPU part would come back as a view of the caller's tensor: copy it
