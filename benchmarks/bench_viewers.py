@@ -380,8 +380,8 @@ def _measure_candidate(page, name: str, reps: int = 3) -> dict[str, float | None
 def browser(n: int, candidates: bool) -> dict:
     """Latencies in headless Chromium (see the module's docstring); {} when the browser stack is missing."""
     sys.path.insert(0, str(REPO / "tests"))
+    import helpers as TB  # the browser harness of tests/test_browser.py
     import pytest
-    import test_browser as TB
 
     try:
         chromium, sync_playwright = TB._requirements(None, grid=True)

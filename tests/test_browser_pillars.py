@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_browser import _LAYOUT, ARTIFACTS, Lab, _cell_texts, _failure_shot, _requirements, _wait_grid, notebook_json
+from helpers import _LAYOUT, ARTIFACTS, Lab, _cell_texts, _failure_shot, _requirements, _wait_grid, notebook_json
 
 INTEROP = Path(__file__).resolve().parents[2] / "shared" / "interop" / "msprobe-2rank-collectives"
 
