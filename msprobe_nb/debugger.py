@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,11 @@ from msprobe_nb.capture.module_hooks import ModuleHooks
 from msprobe_nb.capture.randomness import RandomPolicy
 from msprobe_nb.capture.recorder import Recorder
 from msprobe_nb.config import DumpConfig, load_config
+
+if TYPE_CHECKING:
+    from msprobe_nb.capture.setup_record import SetupWatch
+    from msprobe_nb.seeding import SeedReport
+    from msprobe_nb.store.hdf5_writer import DumpLock, DumpWriter
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _RECORDING: list = []  # the debugger recording now, if any
@@ -74,19 +79,19 @@ class Debugger:
         self.model = model
         self.dump_dir: Path | None = None
         self._recorder: Recorder | None = None
-        self._writer = None
-        self._api_mode = None
-        self._aten_mode = None
+        self._writer: DumpWriter | None = None
+        self._api_mode: ApiMode | None = None
+        self._aten_mode: AtenMode | None = None
         self._hooks: ModuleHooks | None = None
         self._random: RandomPolicy | None = None
-        self._seed_report = None
+        self._seed_report: SeedReport | None = None
         self._closed = False
         self._froze = False
         self._gc_threshold: tuple | None = None  # the user's gc thresholds while we record
         self._dropped: dict[int, str] = {}  # step -> why its rows could not be written
         self._unmarked: list[tuple[int, int | None]] = []  # dropped before the dump file existed
         self._stacks_owed: dict = {}  # stacks sent with a dropped step: the recorder will not send them again
-        self._lock = None  # this rank's claim of the dump folder (DumpLock), from start() to close()
+        self._lock: DumpLock | None = None  # this rank's claim of the dump folder (DumpLock), from start() to close()
         self._made_dir = False  # start() created the dump folder
         self._online = None  # task acc_check: the OnlineAccCheck grading each step
         # torch.compile'd models: the compile option's stance, the warning, the dump's note
@@ -141,6 +146,7 @@ class Debugger:
             self._random = RandomPolicy(cfg)
             self._random.recorder = self._recorder
         rec = self._recorder
+        assert rec is not None, "built above on the first start()"
         if cfg.rank and rec.rank not in cfg.rank:
             return self  # this rank is not dumped: run untouched
         model = model if model is not None else self.model
@@ -148,8 +154,8 @@ class Debugger:
             rec.register_model(model)
         if first and cfg.task != "acc_check":  # the set-up record (docs/setup_check.md), before any mode is on
             from msprobe_nb.setup_snapshot import start_setup
-            self._setup = start_setup(self.dump_dir, rec.rank, model, source="Debugger",
-                                      seed_report=self._seed_report, quiet=rec.working)
+            self._setup: SetupWatch | None = start_setup(self.dump_dir, rec.rank, model, source="Debugger",
+                                                         seed_report=self._seed_report, quiet=rec.working)
         _RECORDING.append(self)
         if rec.wants_step():
             self._attach()
@@ -207,6 +213,7 @@ class Debugger:
     def _attach(self) -> None:
         """Install what the level needs; a step the config filters out runs with nothing installed."""
         rec, cfg = self._recorder, self.config
+        assert rec is not None and self._random is not None, "start() builds the recorder and the random policy"
         rec.resume()
         if self._api_mode is not None or self._aten_mode is not None:
             rec.active = True
@@ -248,6 +255,7 @@ class Debugger:
 
     def _detach(self) -> None:
         rec = self._recorder
+        assert rec is not None, "only a started Debugger detaches"
         rec.active = False
         if self._froze:
             gc.unfreeze()
@@ -298,6 +306,7 @@ class Debugger:
 
     def _next_step(self) -> None:
         rec = self._recorder
+        assert rec is not None, "step() returns early without a recorder"
         rec.remove_step_hooks()
         rec.step += 1
         rec.reset_step()
@@ -318,8 +327,9 @@ class Debugger:
         try:
             self.stop()
         finally:
-            if getattr(self, "_setup", None) is not None:
-                self._setup.remove()
+            setup = getattr(self, "_setup", None)
+            if setup is not None:
+                setup.remove()
             if self._recorder is not None:
                 self._recorder.remove_all_hooks()
             if self._writer is not None:
@@ -378,6 +388,7 @@ class Debugger:
                 else:
                     if self._writer is None:
                         self._open_writer()
+                    assert self._writer is not None, "_open_writer() opens it"
                     self._writer.write_step(rec.step, data["columns"], stacks, data["construct"], data["tensors"],
                                             partial=partial)
             except BaseException as exc:

@@ -71,7 +71,8 @@ def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | N
     negations, which have the same norm."""
     if norms_kernel() is None:
         return None
-    addresses, counts = [], []
+    addresses: list[int] = []
+    counts: list[int] = []
     add, count = addresses.append, counts.append
     for t in ts:
         if t.__class__ not in PLAIN_TENSORS or t.dtype is not _F32 or not t.is_cpu or not t.is_contiguous():
@@ -120,7 +121,7 @@ def _column(stat: str, ts: Sequence[torch.Tensor], layout: Any = None) -> torch.
     if stat == "norm":
         return _norms(ts, layout)
     if stat == "max":
-        return torch.stack([m.float() for m in torch._foreach_max(ts)])
+        return torch.stack([m.float() for m in torch._foreach_max(list(ts))])
     if stat == "min":
         return torch.stack([t.amin().float() for t in ts])
     if stat == "mean":
@@ -161,7 +162,7 @@ def nonfinite_counts(ts: Sequence[torch.Tensor], norms: np.ndarray) -> np.ndarra
     bad = np.flatnonzero(~np.isfinite(norms))
     if len(bad):
         with torch.no_grad():
-            for i in bad:
+            for i in bad.tolist():
                 t = ts[i]
                 if t.is_floating_point() or t.is_complex():
                     out[i] = (int(t.isnan().sum()), int(t.isinf().sum()))
@@ -272,24 +273,26 @@ def gather(parts: Sequence[torch.Tensor | np.ndarray]) -> list[np.ndarray]:
     own fresh host result and is passed through as it is."""
     out: list[np.ndarray | None] = [None] * len(parts)
     by_device: dict[torch.device, list[int]] = {}
+    tensors: dict[int, torch.Tensor] = {}
     for i, p in enumerate(parts):
         if isinstance(p, np.ndarray):
             out[i] = p
         else:
+            tensors[i] = p
             by_device.setdefault(p.device, []).append(i)
     with torch.no_grad():
         for device, idx in by_device.items():
             if device.type == "cpu":  # already on the host: a copy each (a part may be a view of the caller's)
                 for i in idx:
-                    out[i] = numpy_copy(parts[i])
+                    out[i] = numpy_copy(tensors[i])
                 continue
-            flats = [parts[i].contiguous().reshape(-1).view(torch.uint8) for i in idx]
+            flats = [tensors[i].contiguous().reshape(-1).view(torch.uint8) for i in idx]
             # a lone CPU part would come back as a view of the caller's tensor: copy it
             host = torch.cat(flats).cpu().numpy() if len(flats) > 1 else flats[0].cpu().numpy().copy()
             pos = 0
             for i, f in zip(idx, flats, strict=True):
                 n = f.numel()
-                dtype = np.dtype(str(parts[i].dtype).replace("torch.", ""))
-                out[i] = host[pos:pos + n].view(dtype).reshape(parts[i].shape)
+                dtype = np.dtype(str(tensors[i].dtype).replace("torch.", ""))
+                out[i] = host[pos:pos + n].view(dtype).reshape(tensors[i].shape)
                 pos += n
     return out  # type: ignore[return-value]

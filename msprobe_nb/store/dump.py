@@ -148,7 +148,7 @@ class Dump:
     def load_array(self, data_name: str, step: int, rank: int) -> Any:
         """The tensor as the analysis reads it: a numpy array where the loader gives one without torch (the
         HDF5 loader: bfloat16 and float8 as float32, docs/compare.md), else what ``load_tensor`` gives."""
-        loader = self._parts.tensor_loader
+        loader: Any = self._parts.tensor_loader  # duck-typed, as in load_tensor (``in``, ``array``)
         array = getattr(loader, "array", None)
         if array is not None and f"rank{rank}/{data_name}" in loader:
             return array(f"rank{rank}/{data_name}")
