@@ -85,7 +85,7 @@ def _check_acc(page, shots: list[Path]) -> None:
     grid.locator("tbody tr").first.wait_for(state="visible", timeout=30_000)
     viewer.scroll_into_view_if_needed()
     assert "8 outputs: 6 pass, 0 warning, 2 error" in viewer.locator(".msnb-header").first.inner_text()
-    calls = _cell_texts(viewer, "call")
+    calls = _cell_texts(viewer, "call", whole=True)  # a long name is shown cut in its middle
     assert calls[:2] == ["Functional.linear.0.forward", "Torch.softmax.0.forward"], calls
     assert "Functional.linear.0.backward" in calls and len(calls) == 8, calls
     assert sorted(set(_cell_texts(viewer, "result"))) == ["error", "pass"]
@@ -105,7 +105,7 @@ def _check_acc(page, shots: list[Path]) -> None:
     # a click on the "error" verdict: only the planted softmax's outputs are left
     viewer.locator(".widget-toggle-buttons button", has_text="error").first.click()
     _wait_grid(page, viewer, "el => el.querySelectorAll('.msnb-grid tbody tr').length === 2")
-    assert _cell_texts(viewer, "call") == ["Torch.softmax.0.forward", "Torch.softmax.0.backward"]
+    assert _cell_texts(viewer, "call", whole=True) == ["Torch.softmax.0.forward", "Torch.softmax.0.backward"]
     _shoot(viewer, shots, "acc_check_viewer_errors.png")
 
 
@@ -114,7 +114,7 @@ def test_acc_check_viewer_answers_clicks(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ monitor
-PLANT = 12
+PLANT = 30  # after the alert rules' warm-up of 20 values
 MONITOR_CELL = """\
 import torch
 import torch.nn as nn
@@ -126,12 +126,12 @@ def run(path, plant):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = torch.randn(32, 6, generator=torch.Generator().manual_seed(1)), torch.randn(32, 3)
     with mp.Monitor(model, opt, dump_path=path, alerts=False) as mon:
-        for step in range(20):
+        for step in range(40):
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
             if plant and step == {plant}:
-                model[2].weight.grad.mul_(3.0)  # the planted drift: one layer's gradient, one step
+                model[2].weight.grad.mul_(50.0)  # the planted spike: one layer's gradient, one step
             opt.step()
             mon.step(loss=loss)
 
@@ -157,7 +157,7 @@ def _check_monitor(page, shots: list[Path]) -> None:
     assert "2.weight" in head and f"{PLANT}" in head, head[:600]
 
     # the heat map: 4 layers x 20 steps; before the plant every cell agrees (the lightest shade); the planted
-    # cell (2.weight, step 12) is far darker
+    # cell (2.weight, the planted step) is far darker
     # cells of 10 x 10 px after a gutter of layer names, above a row of step ticks
     left, width, height = canvas.evaluate("c => [Number(c.dataset.left), c.width, c.height]")
     assert left > 20 and (width - left, height) == (200, 40 + 14), (left, width, height)
@@ -184,7 +184,7 @@ def _check_monitor(page, shots: list[Path]) -> None:
         assert runs == ["a", "b"], table.all_inner_texts()
     _shoot(out, shots, "monitor_viewer_cell.png")
 
-    # the anomaly list: the planted gradient is run a's spike at step 12. With the heat map turned to the
+    # the anomaly list: the planted gradient is run a's spike at the planted step. With the heat map turned to the
     # weights, a click on that anomaly turns it back to the gradients and opens that step and layer
     kind = out.locator(".widget-dropdown", has_text="kind").locator("select")
     kind.select_option("weight")

@@ -143,7 +143,7 @@ def test_compare_and_compare_monitors_point_at_the_set_up(base: Path, tmp_path: 
     other = _train(tmp_path / "b", betas=(0.9, 0.99))
     capsys.readouterr()
     res = mp.compare(base, other, progress=False)
-    line = "the runs differ in 1 set-up item: optimizer group 0 betas; see compare_setups"
+    line = "the runs differ in 1 set-up item: optimizer group 0 betas; see compare_setups (the viewer's Set-up tab)"
     assert line in res.notes and line in capsys.readouterr().out
     mons = []
     for name, betas in (("m1", (0.9, 0.999)), ("m2", (0.9, 0.999)), ("m3", (0.8, 0.999))):
@@ -160,7 +160,8 @@ def test_compare_and_compare_monitors_point_at_the_set_up(base: Path, tmp_path: 
     assert mp.compare_monitors(mons[0], mons[1]).setup_note is None
     assert mp.compare_setups(mons[0], mons[1]).empty
     cmp = mp.compare_monitors(mons[0], mons[2])
-    assert cmp.setup_note == "the runs differ in 1 set-up item: optimizer group 0 betas; see compare_setups"
+    assert cmp.setup_note == ("the runs differ in 1 set-up item: optimizer group 0 betas; "
+                              "see compare_setups (the viewer's Set-up tab)")
     assert cmp.setup_note in capsys.readouterr().out
 
 
@@ -267,14 +268,17 @@ def test_msprobe_config_check_pack_is_read_where_its_format_allows(base: Path, t
         mp.compare_setups(base, bad)
 
 
-def test_the_compare_viewer_opens_on_the_set_up_differences(base: Path, tmp_path: Path):
+def test_the_compare_viewer_shows_the_set_up_differences(base: Path, tmp_path: Path):
     pytest.importorskip("ipywidgets", reason="the viewer's widget needs ipywidgets")
     other = _train(tmp_path / "b", betas=(0.9, 0.99))
-    viewer = mp.CompareViewer(mp.compare(base, other, progress=False))
+    result = mp.compare(base, other, progress=False)
+    viewer = mp.CompareViewer(result)
     assert list(viewer.setup["item"]) == ["group 0 betas"]
     assert viewer.widget is not None
     tabs = viewer.widgets["tabs"]
-    assert tabs.titles[tabs.selected_index] == "Set-up" and "group 0 betas" in viewer.widgets["setup"].value
+    assert "Set-up" in tabs.titles and "group 0 betas" in viewer.widgets["setup"].value
+    assert tabs.selected_index == 0  # it opens on the table and its answer; the header's note names the tab
+    assert any("group 0 betas" in n and "Set-up tab" in n for n in result.notes)
     same = mp.CompareViewer(mp.compare(base, base, progress=False))
     assert same.widget is not None
     assert same.setup is not None and same.setup.empty and "Set-up" not in same.widgets["tabs"].titles

@@ -307,4 +307,5 @@ def setup_pointer(a: Any, b: Any) -> str | None:
     items = ", ".join(f"{g} {i}" for g, i in zip(causes["group"].head(3), causes["item"].head(3), strict=True))
     more = ", ..." if len(causes) > 3 else ""
     n = len(causes)
-    return f"the runs differ in {n} set-up item{'s' if n != 1 else ''}: {items}{more}; see compare_setups"
+    return (f"the runs differ in {n} set-up item{'s' if n != 1 else ''}: {items}{more}; "
+            "see compare_setups (the viewer's Set-up tab)")

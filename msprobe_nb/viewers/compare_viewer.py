@@ -408,20 +408,12 @@ class CompareViewer(BaseViewer):
         if "rank" in self.table.columns and self.table["rank"].nunique() > 1:
             w["ranks"] = W.VBox([W.HTML("<p>open this tab for the rank x step grid of verdicts</p>")])
             tabs.append(("Ranks", w["ranks"]))
-        if self.setup is not None and len(self.setup):  # the runs' set-up differences (docs/setup_check.md)
+        # the runs' set-up differences (docs/setup_check.md): a tab of their own, named by the header's note; the
+        # viewer still opens on the table scrolled to the answer (a set-up difference is a lead, not the answer)
+        if self.setup is not None and len(self.setup):
             w["setup"] = W.HTML(self.setup.to_html(index=False, escape=True))
             tabs.append(("Set-up", w["setup"]))
         return tabs
-
-    @property
-    def widget(self):
-        """The widget; it opens on the Set-up tab when the runs' set-ups differ (the first thing to look at)."""
-        built = self._shell is not None
-        box = super().widget
-        if not built and "setup" in self._w:
-            tabs = self._w["tabs"]
-            tabs.selected_index = list(tabs.children).index(self._w["setup"])
-        return box
 
     @property
     def setup(self) -> pd.DataFrame | None:
