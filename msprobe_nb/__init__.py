@@ -1,10 +1,20 @@
 """msprobe_nb: find why a PyTorch training run on an NPU drifts from its reference run.
 
-Record (``Debugger``, ``record``, or ``%msprobe_start`` in Jupyter), load (``load``), compare
-(``compare``), trace randomness (``seed_all``, ``trace_randomness``) and browse (``DumpViewer``,
-``CompareViewer``). Everything else in the package is private.
+The public names (everything else in the package is private):
+
+- record: ``Debugger``, ``record`` (or ``%msprobe_start`` in Jupyter), set up by ``DumpConfig`` /
+  ``load_config`` (``ConfigError`` on a bad config); ``seed_all``; ``snapshot_setup``; ``compile_check``;
+- load: ``load`` gives a ``Dump`` (``DumpFormatError`` on a damaged one);
+- compare: ``compare`` gives a ``CompareResult`` (``CompareError``; graded by ``Thresholds``), rank by rank on
+  Dask with ``compare_on_dask``; ``find_overflow``, ``check_determinism``, ``trace_randomness`` (a
+  ``RandomTrace``), ``compare_setups``;
+- pre-check: ``acc_check`` gives an ``AccCheckResult``; ``compare_prechecks``, ``register_reference``;
+- monitor: ``Monitor``; ``load_monitor``, ``compare_monitors``, ``export_tensorboard``;
+- browse: ``DumpViewer``, ``CompareViewer``, ``AccCheckViewer``, ``MonitorViewer``.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -16,6 +26,7 @@ __all__ = [
     "DumpFormatError", "DumpViewer", "RandomTrace", "Thresholds", "check_determinism", "compare", "compare_on_dask",
     "find_overflow", "load", "load_config", "record", "seed_all", "trace_randomness", "__version__",
     "Monitor", "MonitorViewer", "compare_monitors", "load_monitor", "compile_check", "snapshot_setup", "compare_setups",
+    "export_tensorboard",
 ]
 
 # Everything heavy loads on first use: recording (torch) is not needed to compare, the analysis side
@@ -36,7 +47,34 @@ _LAZY = {
     "compile_check": "msprobe_nb.compile_check", "snapshot_setup": "msprobe_nb.setup_snapshot",
     "compare_setups": "msprobe_nb.analysis.setup_compare",
     "compare_monitors": "msprobe_nb.analysis.monitor_compare", "MonitorViewer": "msprobe_nb.viewers.monitor_viewer",
+    "export_tensorboard": "msprobe_nb.analysis.monitor_tensorboard",
 }
+
+if TYPE_CHECKING:  # the lazy names, for type checkers (they cannot run __getattr__); tests/test_public_api.py
+    from msprobe_nb.analysis.compare import CompareError, CompareResult, compare
+    from msprobe_nb.analysis.dask_compare import compare_on_dask
+    from msprobe_nb.analysis.determinism import check_determinism
+    from msprobe_nb.analysis.grading import Thresholds
+    from msprobe_nb.analysis.monitor_compare import compare_monitors
+    from msprobe_nb.analysis.monitor_frame import load_monitor
+    from msprobe_nb.analysis.monitor_tensorboard import export_tensorboard
+    from msprobe_nb.analysis.overflow import find_overflow
+    from msprobe_nb.analysis.provenance import RandomTrace, trace_randomness
+    from msprobe_nb.analysis.setup_compare import compare_setups
+    from msprobe_nb.compile_check import compile_check
+    from msprobe_nb.debugger import Debugger, record
+    from msprobe_nb.monitor import Monitor
+    from msprobe_nb.precheck.acc_check import acc_check
+    from msprobe_nb.precheck.compare_prechecks import compare_prechecks
+    from msprobe_nb.precheck.references import register_reference
+    from msprobe_nb.precheck.result import AccCheckResult
+    from msprobe_nb.seeding import seed_all
+    from msprobe_nb.setup_snapshot import snapshot_setup
+    from msprobe_nb.store.dump import Dump, load
+    from msprobe_nb.store.errors import DumpFormatError
+    from msprobe_nb.viewers import CompareViewer, DumpViewer
+    from msprobe_nb.viewers.acc_check_viewer import AccCheckViewer
+    from msprobe_nb.viewers.monitor_viewer import MonitorViewer
 
 
 def __getattr__(name):

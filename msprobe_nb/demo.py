@@ -74,6 +74,7 @@ def training_step(dump_path, machine: str = "npu", *, seed: int = 0, level: str 
         opt.zero_grad()
         dbg.step()
     dbg.close()
+    assert dbg.dump_dir is not None, "the run recorded steps, so its dump folder stays"
     return load(dbg.dump_dir)
 
 
