@@ -95,7 +95,7 @@ def _check_acc(page, shots: list[Path]) -> None:
     # a click on a row: the detail is that API's (its standard, its reasons)
     detail = viewer.locator(".msnb-detail").first
     for call, why in (("Functional.linear.0.backward", "every rule holds"), ("Torch.softmax.0.forward", "error")):
-        grid.locator("tbody tr", has_text=call).first.click()
+        grid.locator("tbody tr", has=page.locator(f"td[title^='{call}']")).first.click()  # names cut short
         _wait_grid(page, viewer, "(el, call) => { const h = el.querySelector('.msnb-detail h4'); "
                    "return h && h.textContent === call; }", call)
         text = detail.inner_text()
@@ -156,11 +156,11 @@ def _check_monitor(page, shots: list[Path]) -> None:
     head = out.inner_text()
     assert "2.weight" in head and f"{PLANT}" in head, head[:600]
 
-    # the heat map: 4 layers x 20 steps; before the plant every cell agrees (the lightest shade); the planted
+    # the heat map: 4 layers x 40 steps; before the plant every cell agrees (the lightest shade); the planted
     # cell (2.weight, the planted step) is far darker
     # cells of 10 x 10 px after a gutter of layer names, above a row of step ticks
     left, width, height = canvas.evaluate("c => [Number(c.dataset.left), c.width, c.height]")
-    assert left > 20 and (width - left, height) == (200, 40 + 14), (left, width, height)
+    assert left > 20 and (width - left, height) == (400, 40 + 14), (left, width, height)
     px = _PIXEL
     agree = {tuple(canvas.evaluate(px, [r, k])) for r in range(4) for k in range(PLANT)}
     assert agree == {(255, 240, 200)}, agree
@@ -217,7 +217,8 @@ viewer"""
 _SELECTED_IN_VIEW = """(el, call) => { const sc = el.querySelector('.msnb-grid .msnb-scroll');
   const sel = [...sc.querySelectorAll('tbody tr.sel')]; if (!sel.length) return false;
   const a = sc.getBoundingClientRect(), b = sel[0].getBoundingClientRect();
-  return sel.every(tr => tr.textContent.includes(call + '.')) && b.top >= a.top && b.bottom <= a.bottom; }"""
+  return sel.every(tr => (tr.querySelector('td.frz') || tr).title.includes(call + '.'))  // names are cut short
+    && b.top >= a.top && b.bottom <= a.bottom; }"""
 
 
 def _check_ranks(page, shots: list[Path]) -> None:
