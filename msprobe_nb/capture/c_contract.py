@@ -56,13 +56,17 @@ def row_builder_problems(mod: Any, row_arity: int) -> list[str]:
     return problems
 
 
-def fused_stats() -> ModuleType | None:
-    """``_fused_stats`` where it is built with this ABI, else None."""
-    mod = _load("_fused_stats")
-    if mod is not None and getattr(mod, "ABI", None) != STATS_ABI:
-        _refuse("_fused_stats", [f"ABI {getattr(mod, 'ABI', None)}, expected {STATS_ABI}"])
+def _by_abi(name: str, abi: int) -> ModuleType | None:
+    mod = _load(name)
+    if mod is not None and getattr(mod, "ABI", None) != abi:
+        _refuse(name, [f"ABI {getattr(mod, 'ABI', None)}, expected {abi}"])
         return None
     return mod
+
+
+def fused_stats() -> ModuleType | None:
+    """``_fused_stats`` where it is built with this ABI, else None."""
+    return _by_abi("_fused_stats", STATS_ABI)
 
 
 def row_builder(row_arity: int) -> ModuleType | None:
@@ -76,11 +80,7 @@ def row_builder(row_arity: int) -> ModuleType | None:
 
 def stack_keys() -> ModuleType | None:
     """``_stack_keys`` where it is built with this ABI, else None."""
-    mod = _load("_stack_keys")
-    if mod is not None and getattr(mod, "ABI", None) != STACK_KEYS_ABI:
-        _refuse("_stack_keys", [f"ABI {getattr(mod, 'ABI', None)}, expected {STACK_KEYS_ABI}"])
-        return None
-    return mod
+    return _by_abi("_stack_keys", STACK_KEYS_ABI)
 
 
 def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:

@@ -40,12 +40,17 @@ def is_wrapper(t: torch.Tensor) -> bool:
     return type(t).__torch_dispatch__ is not _PLAIN_DISPATCH
 
 
+def is_dtensor(t: Any) -> bool:
+    """``t`` is a DTensor (False where torch was built without distributed)."""
+    cls = _dtensor_class()
+    return bool(cls) and isinstance(t, cls)
+
+
 def local_shard(t: torch.Tensor) -> torch.Tensor | None:
     """The rank's own shard of a DTensor (no communication, no autograd node), or None for other tensors."""
     if type(t) is torch.Tensor or not hasattr(t, "_local_tensor"):
         return None
-    cls = _dtensor_class()
-    return t._local_tensor if cls and isinstance(t, cls) else None
+    return t._local_tensor if is_dtensor(t) else None
 
 
 def placement_text(t: torch.Tensor) -> str:

@@ -19,29 +19,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from msprobe_nb.capture.dtensors import is_dtensor
+
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
 
 __all__ = ["full_nonfinite_counts", "full_norms", "is_dtensor", "local_shards"]
 
-_DTensor: Any = None
-
-
-def _dtensor_class() -> Any:
-    global _DTensor
-    if _DTensor is None:
-        try:
-            from torch.distributed.tensor import DTensor
-
-            _DTensor = DTensor
-        except ImportError:  # a torch built without distributed
-            _DTensor = ()
-    return _DTensor
-
-
-def is_dtensor(t: Any) -> bool:
-    cls = _dtensor_class()
-    return bool(cls) and isinstance(t, cls)
 
 
 def local_shards(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
