@@ -48,7 +48,8 @@ def _start(model, folder: Path) -> float:
 
 def measure(name: str, repeats: int, root: Path) -> dict:
     import msprobe_nb.setup_snapshot as snap
-    from msprobe_nb.capture.setup_record import collect_setup, tensor_hashes
+    from msprobe_nb.capture.setup_record import collect_setup
+    from msprobe_nb.capture.tensor_hashes import tensor_hashes
     from msprobe_nb.store.setup_store import write_setup
     model = _model(name)
     real = snap.start_setup

@@ -39,6 +39,7 @@ NOTES = {
     "randomness": "draws at other places or in other numbers: dropout masks and other random values differ",
     "expected": "differs between machines by nature; not a cause",
     "missing": "recorded on one side only: not compared",
+    "hash_scheme": "hashed by two versions of the kit: the values are not compared",
 }
 #: notes for single environment variables
 ENV_NOTES = {
@@ -194,11 +195,21 @@ def _collapsed(r: _Rows, group: str, what: str, diffs: list[tuple[str, Any, Any]
     r.add(group, f"{what} of {len(diffs)} tensors ({names}, ...)", diffs[0][1], diffs[0][2], note)
 
 
+def _hash_scheme(h: Any) -> str:
+    """The hash's scheme: its prefix (``w64``), or ``w32`` for the first version's bare hex."""
+    return str(h).split(":", 1)[0] if ":" in str(h) else "w32"
+
+
 def _tensor_rows(r: _Rows, group: str, label: str, ta: dict, tb: dict, note: str, init_note: str) -> None:
     for attr in ("shape", "dtype", "requires_grad", "hash"):
         diffs = [(n, ta[n].get(attr), tb[n].get(attr)) for n in ta if n in tb and ta[n].get(attr) != tb[n].get(attr)]
         if attr == "hash":
             diffs = [d for d in diffs if "unhashable" not in (d[1], d[2])]
+            other = [d for d in diffs if _hash_scheme(d[1]) != _hash_scheme(d[2])]
+            if other:  # records of two kit versions: their hashes cannot be compared
+                diffs = [d for d in diffs if _hash_scheme(d[1]) == _hash_scheme(d[2])]
+                r.add(group, f"{label} hash scheme", _hash_scheme(other[0][1]), _hash_scheme(other[0][2]),
+                      NOTES["hash_scheme"], expected=True)
         _collapsed(r, group, f"{label} {attr}", diffs, init_note if attr == "hash" else note)
     for side, x, y in (("a", ta, tb), ("b", tb, ta)):
         only = [(n, "present", None) if side == "a" else (n, None, "present") for n in x if n not in y]

@@ -1,7 +1,7 @@
 """The set-up record: what a run was started with (environment, versions, determinism, model, optimizer, data).
 
 ``collect_setup`` reads it once, cheaply: no tensor goes to the host but its hash. Each parameter, buffer
-and data tensor is hashed where it lives (:func:`tensor_hashes`: two integer sums over its bytes, exact and
+and data tensor is hashed where it lives (``capture/tensor_hashes.py``: integer sums over its bytes, exact and
 order-free, so a CPU, GPU and NPU run hash the same values alike), and the hashes come to the host in one
 copy per device. :class:`SetupWatch` completes the record of a recorded run as it goes: the first batches
 the model is called with and the optimizer at its first step (global hooks that only read, removed once
@@ -26,9 +26,8 @@ import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from msprobe_nb.capture.host_arrays import numpy_view
 from msprobe_nb.capture.setup_env import ENV_NAMES, ENV_PREFIXES, numerics_env
-from msprobe_nb.capture.stats import has_storage
+from msprobe_nb.capture.tensor_hashes import tensor_hashes
 
 __all__ = ["DATA_BATCHES", "ENV_NAMES", "ENV_PREFIXES", "PACKAGES", "SetupWatch", "collect_setup", "data_section",
            "model_section", "optimizer_section", "tensor_hashes"]
@@ -39,93 +38,6 @@ PACKAGES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "deepsp
 #: how many of the first batches are hashed
 DATA_BATCHES = 2
 _VALUE_MAX = 1000  # characters of an environment variable or a hyper-parameter kept
-_PERIOD = 65521  # the position weights (2 * (i % _PERIOD) + 1) repeat with this period
-_MASK = (1 << 64) - 1
-
-
-# ------------------------------------------------------------------------------------------------ hashes
-_WEIGHTS: dict[Any, Any] = {}
-
-
-def _weights(device: Any) -> Any:
-    """The position weights of one period, as int64 (numpy for the host, a tensor on ``device`` otherwise)."""
-    w = _WEIGHTS.get(device)
-    if w is None:
-        w = np.arange(_PERIOD, dtype=np.int64) * 2 + 1
-        w = _WEIGHTS[device] = w if device == "numpy" else torch.from_numpy(w).to(device)
-    return w
-
-
-def _words(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes as int32 words (values, not memory: views resolved, row-major)."""
-    flat = t.detach()
-    if flat.is_complex():
-        flat = torch.view_as_real(flat.resolve_conj())
-    flat = flat.resolve_neg().contiguous().reshape(-1)
-    if flat.dtype == torch.bool:
-        flat = flat.view(torch.uint8)
-    raw = flat.view(torch.uint8)
-    if raw.numel() % 4 == 0:
-        try:
-            return raw.view(torch.int32)
-        except RuntimeError:  # a misaligned storage offset
-            pass
-    return raw.to(torch.int32)
-
-
-def _sums_host(words: np.ndarray) -> tuple[int, int]:
-    """The two sums on the host, in numpy (torch's integer reductions on the CPU are several times slower):
-    the words' column sums over rows of one period, then the weights applied once to those."""
-    n = words.size
-    w = _weights("numpy")
-    if n < _PERIOD:
-        x = words.astype(np.int64)
-        return int(np.add.reduce(x)), int(np.dot(x, w[:n]))
-    full = n - n % _PERIOD
-    cols = np.add.reduce(words[:full].reshape(-1, _PERIOD), axis=0, dtype=np.int64)
-    cols[:n - full] += words[full:]
-    return int(np.add.reduce(cols)), int(np.dot(cols, w))
-
-
-def _sums_device(words: torch.Tensor) -> torch.Tensor:
-    """The same two sums on the tensor's device, as a 2-element int64 tensor (no host copy)."""
-    n, w = words.numel(), _weights(words.device)
-    if n < _PERIOD:
-        x = words.to(torch.int64)
-        return torch.stack([x.sum(), (x * w[:n]).sum()])
-    full = n - n % _PERIOD
-    cols = words[:full].view(-1, _PERIOD).sum(0, dtype=torch.int64)
-    if n > full:
-        cols[:n - full] += words[full:].to(torch.int64)
-    return torch.stack([cols.sum(), (cols * w).sum()])
-
-
-def tensor_hashes(tensors: list[torch.Tensor]) -> list[str]:
-    """A hash of each tensor's values: two int64 sums over its 32-bit words, plain and weighted by position
-    (``2 * (i % 65521) + 1``), modulo 2**64. Exact integer sums do not depend on the order of reduction, so every
-    device computes the same hash of the same values; it is computed where the tensor lives (numpy on the host,
-    torch on an accelerator, whose results come to the host in one copy per device)."""
-    out: list[str] = [""] * len(tensors)
-    by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
-    with torch.no_grad():
-        for i, t in enumerate(tensors):
-            local = t.to_local() if hasattr(t, "to_local") else t  # DTensor: this rank's shard
-            if not isinstance(local, torch.Tensor) or not has_storage(local):
-                out[i] = "unhashable"
-                continue
-            words = _words(local)
-            if words.device.type == "cpu":
-                a, b = _sums_host(numpy_view(words))
-                out[i] = f"{a & _MASK:016x}{b & _MASK:016x}"
-            else:
-                by_device.setdefault(words.device, []).append((i, _sums_device(words)))
-        for items in by_device.values():
-            host = torch.stack([s for _, s in items]).cpu().tolist()
-            for (i, _), (a, b) in zip(items, host, strict=True):
-                out[i] = f"{a & _MASK:016x}{b & _MASK:016x}"
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ values
 def _plain(value: Any, depth: int = 0) -> Any:
     """A JSON value for a hyper-parameter, config entry or flag (tensors as numbers, tuples as lists)."""
