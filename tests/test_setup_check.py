@@ -30,7 +30,7 @@ def _batches() -> list[torch.Tensor]:
 
 
 def _train(folder: Path, *, config: dict | None = None, betas=(0.9, 0.999), order=(0, 1), init=False,
-           level: str = "L0") -> Path:
+           level: str = "L0", clip=None, scaler=None) -> Path:
     """Two training steps of a tiny GPT-2 recorded by the Debugger at ``folder``; one item changed by the options."""
     mp.seed_all(0, verbose=False)
     model = transformers.GPT2LMHeadModel(_config(**(config or {})))
@@ -43,8 +43,15 @@ def _train(folder: Path, *, config: dict | None = None, betas=(0.9, 0.999), orde
     for i in order:
         dbg.start()
         loss = model(input_ids=batches[i], labels=batches[i]).loss
-        loss.backward()
-        opt.step()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            if clip is not None:
+                clip(model.parameters())
+            opt.step()
         opt.zero_grad()
         dbg.stop()
         dbg.step()
@@ -157,6 +164,49 @@ def test_randomness_sites_from_the_recorded_step(tmp_path: Path):
     b = dict(load_setup(a), randomness={"sites": [dict(s, count=s["count"] + 1) for s in sites]})
     t = mp.compare_setups(a, b)
     assert set(t["group"]) == {"randomness"} and len(t) == len(sites)
+
+
+def test_gradient_clipping_seen_in_a_recorded_step(tmp_path: Path):
+    """clip_grad_norm_ with another max_norm, clip_grad_value_ instead, or no clipping: each is exactly one
+    optimizer row, read from the recorded step's calls; the same clipping gives none."""
+    from msprobe_nb.analysis.setup_compare import load_setup
+
+    def norm(bound):
+        return lambda ps: torch.nn.utils.clip_grad_norm_(ps, bound)
+
+    a = _train(tmp_path / "a", level="L1", clip=norm(1.0))
+    got = load_setup(a)["optimizer"]["clipping"]
+    assert got == {"clip_grad_norm_": {"site": got["clip_grad_norm_"]["site"], "max_norm": 1.0, "norm_type": 2.0,
+                                       "count": 1}}, got
+    assert got["clip_grad_norm_"]["site"].startswith("test_setup_check.py:"), got
+    assert mp.compare_setups(a, _train(tmp_path / "same", level="L1", clip=norm(1.0))).empty
+    assert _causes(a, _train(tmp_path / "b", level="L1", clip=norm(0.5))) == [
+        ("optimizer", "clipping clip_grad_norm_ max_norm", "1.0", "0.5")]
+    value = _train(tmp_path / "v", level="L1", clip=lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.25))
+    assert load_setup(value)["optimizer"]["clipping"]["clip_grad_value_"]["clip_value"] == 0.25
+    causes = _causes(a, value)
+    assert [(g, i) for g, i, _, _ in causes] == [("optimizer", "clipping clip_grad_norm_"),
+                                                 ("optimizer", "clipping clip_grad_value_")], causes
+    none = _train(tmp_path / "none", level="L1")
+    assert [(g, i, b) for g, i, _, b in _causes(a, none)] == [("optimizer", "clipping clip_grad_norm_", "none")]
+    assert "clipping" not in load_setup(_train(tmp_path / "l0", clip=norm(0.5)))["optimizer"]  # L0: not visible
+
+
+def test_the_grad_scaler_that_steps_the_optimizer_is_recorded(base: Path, tmp_path: Path):
+    """The Debugger is given no scaler: the one whose step() calls the optimizer's is found and recorded; a
+    scaler with another growth interval is exactly that one row; a run without one lists it as absent."""
+    from msprobe_nb.analysis.setup_compare import load_setup
+
+    def scaler(**kw):
+        return torch.amp.GradScaler("cpu", init_scale=2.0 ** 8, **kw)
+
+    a = _train(tmp_path / "a", scaler=scaler())
+    got = load_setup(a)["optimizer"]["grad_scaler"]
+    assert got["class"] == "GradScaler" and got["enabled"] and got["scale"] == 256.0, got
+    assert mp.compare_setups(a, _train(tmp_path / "same", scaler=scaler())).empty
+    assert _causes(a, _train(tmp_path / "b", scaler=scaler(growth_interval=100))) == [
+        ("optimizer", "grad_scaler growth_interval", "2000", "100")]
+    assert _causes(a, base) == [("optimizer", "grad_scaler", "GradScaler", "none")]
 
 
 def test_compare_and_compare_monitors_point_at_the_set_up(base: Path, tmp_path: Path, capsys):

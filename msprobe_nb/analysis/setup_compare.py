@@ -16,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 
-from msprobe_nb.capture.random_apis import RANDOM_APIS
 from msprobe_nb.capture.setup_env import numerics_env
 
 __all__ = ["COLUMNS", "GROUPS", "compare_setups", "load_setup", "setup_differences", "setup_pointer"]
@@ -39,6 +38,7 @@ NOTES = {
     "randomness": "draws at other places or in other numbers: dropout masks and other random values differ",
     "expected": "differs between machines by nature; not a cause",
     "missing": "recorded on one side only: not compared",
+    "clipping": "other gradient clipping: the same gradients give other updates once a norm passes the bound",
     "hash_scheme": "hashed by two versions of the kit: the values are not compared",
 }
 #: notes for single environment variables
@@ -61,8 +61,6 @@ _EXPECTED_ENV = re.compile(r"(_PATH|_HOME|_DIR|_ROOT|_VISIBLE_DEVICES|_IFNAME|_I
 _EXPECTED_ITEMS = {("environment", "hostname"), ("environment", "platform"), ("environment", "device"),
                    ("environment", "device_name"), ("environment", "rank")}
 _DEVICE_ONLY = {"torch_npu", "cuda", "cudnn", "cann", "triton", "apex", "mindspeed", "flash-attn"}
-_FRAME = re.compile(r'File "?([^,"]+)"?, line (\d+)')
-_INSIDE = re.compile(r"/(torch|msprobe_nb)/")
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -86,45 +84,13 @@ def load_setup(source: Any, rank: int | None = None, randomness: bool = True) ->
     rec = read_setup(p, rank)
     folder = p if p.is_dir() else p.parent
     if randomness and "randomness" not in rec and any(folder.glob("rank*.h5")):
-        sites = _random_sites(folder, int(rec.get("rank", 0)))
-        if sites is not None:
-            rec["randomness"] = {"sites": sites}
+        from msprobe_nb.analysis.setup_from_calls import step_setup
+        got = step_setup(folder, int(rec.get("rank", 0)))
+        if got is not None:
+            rec["randomness"] = got["randomness"]
+            if "clipping" in got:
+                rec.setdefault("optimizer", {})["clipping"] = got["clipping"]
     return rec
-
-
-def _site(frames: list[str]) -> str:
-    """``file.py:line`` of the innermost frame outside torch and the kit (the file's name only: folders differ
-    between machines)."""
-    for f in frames or []:
-        m = _FRAME.search(str(f))
-        if m and not _INSIDE.search("/" + m.group(1).replace("\\", "/")):
-            return f"{Path(m.group(1)).name}:{m.group(2)}"
-    return "?"
-
-
-def _random_sites(folder: Path, rank: int) -> list[dict] | None:
-    """The random-API calls of the dump's first recorded step on ``rank``: site, API, count."""
-    from msprobe_nb.store.dump import load
-    try:
-        d = load(folder)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the compare of the dump reports it; the set-up check does without
-    c = d.calls
-    if not len(c):
-        return []
-    c = c[(c["rank"] == rank) if rank in set(c["rank"]) else c["rank"] == c["rank"].min()]
-    c = c[c["step"] == c["step"].min()].drop_duplicates("call")
-    if "rng" in c.columns and c["rng"].astype(str).str.len().gt(0).any():
-        draws = c[c["rng"].astype(str).str.len() > 0]
-    else:
-        keys = list(zip(c["family"], c["op"], strict=True))
-        draws = c[[k in RANDOM_APIS for k in keys]]
-    frames = d.stack_frames
-    counts: dict[tuple[str, str], int] = {}
-    for fam, op, sid in zip(draws["family"], draws["op"], draws["stack_id"], strict=True):
-        key = (_site(frames.get(int(sid), [])), f"{fam}.{op}")
-        counts[key] = counts.get(key, 0) + 1
-    return [{"site": s, "api": a, "count": n} for (s, a), n in sorted(counts.items())]
 
 
 # ------------------------------------------------------------------------------------------------ rows
@@ -250,7 +216,22 @@ def _optimizer_rows(r: _Rows, a: dict, b: dict) -> None:
     for i, (x, y) in enumerate(zip(ga, gb)):
         r.flat("optimizer", x, y, note, f"group {i} ")
     for part in ("scheduler", "grad_scaler", "hyperparameters"):
-        r.flat("optimizer", oa.get(part) or {}, ob.get(part) or {}, note, f"{part} ")
+        xa, xb = oa.get(part) or {}, ob.get(part) or {}
+        if part != "hyperparameters" and bool(xa) != bool(xb):  # one side has none: one row, not one per key
+            r.add("optimizer", part, xa.get("class", "recorded") if xa else "none",
+                  xb.get("class", "recorded") if xb else "none", note)
+        else:
+            r.flat("optimizer", xa, xb, note, f"{part} ")
+    if "clipping" in oa and "clipping" in ob:  # seen in a recorded step on both sides
+        ca, cb = oa["clipping"], ob["clipping"]
+        for fn in sorted(set(ca) | set(cb)):
+            xa, xb = ca.get(fn), cb.get(fn)
+            if xa is None or xb is None:
+                r.add("optimizer", f"clipping {fn}", "none" if xa is None else xa, "none" if xb is None else xb,
+                      NOTES["clipping"])
+            else:
+                r.flat("optimizer", {k: v for k, v in xa.items() if k != "site"},
+                       {k: v for k, v in xb.items() if k != "site"}, NOTES["clipping"], f"clipping {fn} ")
 
 
 def _data_rows(r: _Rows, a: dict, b: dict) -> None:

@@ -302,6 +302,20 @@ def _first(data: Any, n: int) -> list:
     return out
 
 
+def _calling_scaler(depth: int = 24) -> Any:
+    """The grad scaler whose ``step(optimizer)`` is calling the optimizer's step, if one is (torch's
+    ``GradScaler`` and those made after it, torch_npu's included): found among the callers' frames, read only."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "step" and frame.f_code.co_filename.endswith("grad_scaler.py"):
+            scaler = frame.f_locals.get("self")
+            return scaler if hasattr(scaler, "state_dict") and hasattr(scaler, "is_enabled") else None
+    return None
+
+
 class SetupWatch:
     """Completes a recorded run's set-up record as the run goes: the first batches the model is called with,
     and the optimizer at its first step. ``write(record)`` is called each time the record grows; ``quiet`` is
@@ -331,7 +345,7 @@ class SetupWatch:
         if "optimizer" in self.record:
             return
         with self._quiet(), self._guard("optimizer"):
-            self.record["optimizer"] = optimizer_section(optimizer, self.model)
+            self.record["optimizer"] = optimizer_section(optimizer, self.model, grad_scaler=_calling_scaler())
             self._write(self.record)
 
     @contextmanager
