@@ -305,7 +305,7 @@ def _first(data: Any, n: int) -> list:
 def _calling_scaler(depth: int = 24) -> Any:
     """The grad scaler whose ``step(optimizer)`` is calling the optimizer's step, if one is (torch's
     ``GradScaler`` and those made after it, torch_npu's included): found among the callers' frames, read only."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     for _ in range(depth):
         frame = frame.f_back
         if frame is None:
