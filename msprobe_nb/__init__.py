@@ -7,7 +7,7 @@ The public names (everything else in the package is private):
 - load: ``load`` gives a ``Dump`` (``DumpFormatError`` on a damaged one);
 - compare: ``compare`` gives a ``CompareResult`` (``CompareError``; graded by ``Thresholds``), rank by rank on
   Dask with ``compare_on_dask``; ``find_overflow``, ``check_determinism``, ``trace_randomness`` (a
-  ``RandomTrace``), ``compare_setups``;
+  ``RandomTrace``), ``compare_setups``; ``own_errors`` (a tensor compare's suspect calls replayed in fp64);
 - pre-check: ``acc_check`` gives an ``AccCheckResult``; ``compare_prechecks``, ``register_reference``;
 - monitor: ``Monitor``; ``load_monitor``, ``compare_monitors``, ``export_tensorboard``;
 - browse: ``DumpViewer``, ``CompareViewer``, ``AccCheckViewer``, ``MonitorViewer``.
@@ -26,7 +26,7 @@ __all__ = [
     "DumpFormatError", "DumpViewer", "RandomTrace", "Thresholds", "check_determinism", "compare", "compare_on_dask",
     "find_overflow", "load", "load_config", "record", "seed_all", "trace_randomness", "__version__",
     "Monitor", "MonitorViewer", "compare_monitors", "load_monitor", "compile_check", "snapshot_setup", "compare_setups",
-    "export_tensorboard",
+    "export_tensorboard", "own_errors",
 ]
 
 # Everything heavy loads on first use: recording (torch) is not needed to compare, the analysis side
@@ -48,6 +48,7 @@ _LAZY = {
     "compare_setups": "msprobe_nb.analysis.setup_compare",
     "compare_monitors": "msprobe_nb.analysis.monitor_compare", "MonitorViewer": "msprobe_nb.viewers.monitor_viewer",
     "export_tensorboard": "msprobe_nb.analysis.monitor_tensorboard",
+    "own_errors": "msprobe_nb.precheck.own_error",
 }
 
 if TYPE_CHECKING:  # the lazy names, for type checkers (they cannot run __getattr__); tests/test_public_api.py
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers (they cannot run __getatt
     from msprobe_nb.monitor import Monitor
     from msprobe_nb.precheck.acc_check import acc_check
     from msprobe_nb.precheck.compare_prechecks import compare_prechecks
+    from msprobe_nb.precheck.own_error import own_errors
     from msprobe_nb.precheck.references import register_reference
     from msprobe_nb.precheck.result import AccCheckResult
     from msprobe_nb.seeding import seed_all

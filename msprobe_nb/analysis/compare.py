@@ -58,6 +58,7 @@ class _Context:
     noisy: Any = None  #: the (step, rank) pairs judged by the precision model (pair ids), see precision_model
     unmatched_warning: str = ""  #: set when most rows of either side found no partner (see mostly_unmatched)
     gathered_stacks: dict | None = None  #: (call, step, rank) -> frames, for rows compared elsewhere (Dask)
+    graded_reasons: Any = None  #: msprobe's reasons per row (a Series), before the verdicts: replay_verdicts
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -204,7 +205,7 @@ def compare(npu: str | os.PathLike[str] | Dump | pd.DataFrame, bench: str | os.P
     t["result"] = t["msprobe_result"]
     res = CompareResult(result_frame(t))
     res._ctx = _Context(mode, n_side, b_side, th, m.pairs, m.unpaired, notes, precision=prec, noisy=noisy,
-                        unmatched_warning=unmatched_warning)
+                        unmatched_warning=unmatched_warning, graded_reasons=pd.Series(reasons, dtype=object))
     _one_verdict(res, th)
     _quiet_noise(res)
     for note in said + [n for n in notes if "without a counterpart" in n]:

@@ -489,6 +489,9 @@ def quiet_noise(result: np.ndarray, reasons: list, keep: np.ndarray) -> tuple[np
 
 def describe(row: Any, tolerance: float) -> str:
     """The verdict of one output row with its figures, in words."""
+    if str(row.get("verdict_by", "")).startswith("replay"):  # measured, not estimated (replay_verdicts)
+        from .replay_verdicts import describe_replay
+        return describe_replay(row, tolerance)
     cls = str(row.get("op_class", "other"))
     what = DESCRIBE.get(cls, "this op")
     k = row.get("reduction_len", np.nan)
