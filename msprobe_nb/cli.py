@@ -148,6 +148,8 @@ def _compare_on_dask(a: argparse.Namespace, npu: str, bench: str, options: dict,
         print(res.summary_text())
         if out is not None:
             print(f"wrote {out}")
+    if res.mostly_unmatched:
+        return EXIT_UNMATCHED
     return _fail_code(res.counts(), a.fail_on)
 
 

@@ -123,3 +123,22 @@ def test_the_csv_from_dask_equals_the_in_process_csv_stacks_included(tmp_path, c
     stacks = pd.read_csv(here, dtype=str, keep_default_na=False)["NPU_Stack_Info"]
     assert (stacks != "N/A").sum() > 0, "the in-process CSV has no stacks: the test would prove nothing"
     assert there.read_text(encoding="utf-8") == here.read_text(encoding="utf-8")
+
+
+def test_mostly_unmatched_dumps_are_warned_about_on_dask_and_the_cli_exits_3(tmp_path, client):
+    """Item 5 of issue 30: a small bench against a big NPU run (most NPU rows without a partner, while all of the
+    bench's match) is warned about on the Dask path as in process, and `compare --scheduler` exits 3."""
+    from msprobe_nb.cli import EXIT_UNMATCHED, main
+    npu, _ = bench_ranks.write_dumps(tmp_path / "big", ranks=2, rows=800)
+    _, bench = bench_ranks.write_dumps(tmp_path / "small", ranks=2, rows=60)
+    with pytest.warns(UserWarning, match="NPU rows have no bench counterpart"):
+        here = compare(npu, bench)
+    assert here.mostly_unmatched
+    with pytest.warns(UserWarning, match="NPU rows have no bench counterpart"):
+        there = compare_on_dask(npu, bench, client=client, rows=True)
+    assert there.mostly_unmatched and there.result.mostly_unmatched
+    assert there.unmatched_warning == here._ctx.unmatched_warning  # the counts over all ranks, said once
+    assert sum("no bench counterpart" in n for n in there.notes) == 1
+    assert main(["compare", str(npu), str(bench), "--scheduler", client.scheduler.address, "-q"]) == EXIT_UNMATCHED
+    same = compare_on_dask(npu, npu, client=client)
+    assert not same.mostly_unmatched

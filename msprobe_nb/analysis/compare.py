@@ -177,16 +177,9 @@ def compare(npu: str | os.PathLike[str] | Dump | pd.DataFrame, bench: str | os.P
             f"{int((t['match'] == 'bench_only').sum())} bench rows): they look like different models or runs. "
             f"NPU calls start {list(dict.fromkeys(n_side.calls['call'].head(50)))[:3]}, bench calls start "
             f"{list(dict.fromkeys(b_side.calls['call'].head(50)))[:3]}; try fuzzy=True or a mapping")
-    n_rows = int((t["match"] != "bench_only").sum())
-    b_rows = int((t["match"] != "npu_only").sum())
-    n_matched = int((t["match"] == "matched").sum())
     said: list[str] = []  # notes a user must see at once, not only in the viewer or the CLI
-    mostly = [f"{n - n_matched:,} of {n:,} {side} rows have no {other} counterpart"  # either side, not the smaller
-              for side, other, n in (("NPU", "bench", n_rows), ("bench", "NPU", b_rows)) if n_matched < 0.5 * n]
-    unmatched_warning = ""
-    if mostly:
-        unmatched_warning = (f"{'; '.join(mostly)} (only {n_matched:,} rows matched): are these dumps of the same "
-                             "model and step? fuzzy=True or a mapping may pair more")
+    unmatched_warning = mostly_unmatched_warning(*side_rows(t["match"]))
+    if unmatched_warning:
         said.append(unmatched_warning)
     if _same_dump(npu, bench, n_side, b_side):
         said.append("the NPU and bench dumps are the same dump: every call agrees by construction")
@@ -213,14 +206,31 @@ def compare(npu: str | os.PathLike[str] | Dump | pd.DataFrame, bench: str | os.P
     return res
 
 
+def side_rows(match: Any) -> tuple[int, int, int]:
+    """(NPU rows, bench rows, matched rows) of a compare table's ``match`` column."""
+    match = np.asarray(match, dtype=object)
+    return (int((match != "bench_only").sum()), int((match != "npu_only").sum()), int((match == "matched").sum()))
+
+
+def mostly_unmatched_warning(n_rows: int, b_rows: int, n_matched: int) -> str:
+    """The warning when most rows of either side (not only the smaller) found no partner, else ''."""
+    mostly = [f"{n - n_matched:,} of {n:,} {side} rows have no {other} counterpart"
+              for side, other, n in (("NPU", "bench", n_rows), ("bench", "NPU", b_rows)) if n_matched < 0.5 * n]
+    if not mostly:
+        return ""
+    return (f"{'; '.join(mostly)} (only {n_matched:,} rows matched): are these dumps of the same model and step? "
+            "fuzzy=True or a mapping may pair more")
+
+
 def gathered_result(rows: pd.DataFrame, *, mode: str, thresholds: Thresholds | dict | None, pairs: pd.DataFrame,
-                    unpaired: pd.DataFrame, notes: list[str], stacks: dict | None = None) -> CompareResult:
+                    unpaired: pd.DataFrame, notes: list[str], stacks: dict | None = None,
+                   unmatched_warning: str = "") -> CompareResult:
     """A CompareResult over rows compared elsewhere and gathered (the Dask path): its methods work on them;
     without the dumps it has no tensors, and only the NPU stacks in ``stacks`` ((call, step, rank) -> frames)."""
     res = CompareResult(rows)
     empty = rows.iloc[:0]
     res._ctx = _Context(mode, _Side(empty), _Side(empty), _thresholds(thresholds), pairs, unpaired, list(notes),
-                        gathered_stacks=dict(stacks or {}))
+                        gathered_stacks=dict(stacks or {}), unmatched_warning=unmatched_warning)
     return res
 
 

@@ -115,7 +115,7 @@ def _world(ranks: dict) -> int | None:
 # --------------------------------------------------------------------------------------------- one task
 def compare_unit(unit: Unit, options: dict[str, Any], rows: bool) -> dict[str, Any]:
     """Run on a worker: load one rank pair, compare it, return its summary (and its rows if asked)."""
-    from .compare import compare
+    from .compare import compare, side_rows
     from .ranks import collective_table
 
     opts = dict(options)
@@ -131,7 +131,8 @@ def compare_unit(unit: Unit, options: dict[str, Any], rows: bool) -> dict[str, A
     t = pd.DataFrame(res)
     out = {"unit": unit, "mode": res.mode, "notes": res.notes, "pairs": res.pairs, "unpaired": res.unpaired,
            "summary": rank_step_summary(t, res.pairs, divs), "divergences": divs,
-           "collectives": collective_table(t)}
+           "collectives": collective_table(t), "sides": side_rows(t["match"]),
+           "unmatched_warning": res._ctx.unmatched_warning}
     if rows:
         out["rows"] = t
         out["stacks"] = _npu_stacks(res, t)
@@ -181,6 +182,13 @@ class RankCompare:
     result: Any = None  #: the gathered CompareResult (``rows=True`` only)
     units: list[Unit] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    unmatched_warning: str = ""  #: set when most rows of either side, over all ranks, found no partner
+
+    @property
+    def mostly_unmatched(self) -> bool:
+        """Most rows of either side found no partner (as :attr:`CompareResult.mostly_unmatched`: compare_on_dask
+        warns, the CLI exits 3)."""
+        return bool(self.unmatched_warning)
 
     def divergences(self) -> list[Divergence]:
         """The first divergence of each (step, rank) pair, in (step, rank) order."""
@@ -264,7 +272,7 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
     """
     from msprobe_nb.progress import bar
 
-    from .compare import CompareError, gathered_result
+    from .compare import CompareError, gathered_result, mostly_unmatched_warning
     from .matching import MatchError
 
     try:
@@ -296,11 +304,16 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
     colls = [p["collectives"] for p in parts if len(p["collectives"])]
     collectives = pd.concat(colls, ignore_index=True) if colls else parts[0]["collectives"]
     divs = sorted((d for p in parts for d in p["divergences"]), key=lambda d: (d.step, d.rank))
+    # the pairs' own unmatched warnings give way to one over all ranks, as the in-process compare says it
+    unmatched = mostly_unmatched_warning(*(sum(p["sides"][i] for p in parts) for i in range(3)))
     for p in parts:
-        notes += [n for n in p["notes"] if n not in notes]
+        notes += [n for n in p["notes"] if n not in notes and n != p.get("unmatched_warning")]
+    if unmatched:
+        notes.append(unmatched)
+        warnings.warn(unmatched, stacklevel=2)
     mode = parts[0]["mode"]
     out = RankCompare(mode, summary, pairs, unpaired, notes, collectives[COLLECTIVE_COLUMNS], divs, None, units,
-                      options)
+                      options, unmatched)
     if rows:
         pair_of = _pair_index(pairs)
         frames = [_renumber(p["rows"], p["pairs"], pair_of) for p in parts]
@@ -308,7 +321,7 @@ def compare_on_dask(npu: str | os.PathLike, bench: str | os.PathLike, *, workers
         t = t.iloc[t["pair"].to_numpy().argsort(kind="stable")].reset_index(drop=True)
         stacks = {k: v for p in parts for k, v in p.get("stacks", {}).items()}
         out.result = gathered_result(t, mode=mode, thresholds=options.get("thresholds"), pairs=pairs,
-                                     unpaired=unpaired, notes=notes, stacks=stacks)
+                                     unpaired=unpaired, notes=notes, stacks=stacks, unmatched_warning=unmatched)
     return out
 
 
