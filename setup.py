@@ -17,6 +17,8 @@ HEADERS = ["msprobe_nb/capture/_stats_pass.h"]  # the kernel both statistics ext
 EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"], depends=HEADERS,
                         extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._row_builder", ["msprobe_nb/capture/_row_builder.c"], depends=HEADERS,
+                        extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.capture._mode_floor", ["msprobe_nb/capture/_mode_floor.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],
