@@ -135,8 +135,8 @@ class _Side:
                 out.append({**rec, "note": "an input tensor is not in the dump: not measured"})
                 continue
             spread = env.outputs[i].bench if env is not None and i < len(env.outputs) else None
-            errs = [(_scale_err(o.device, rep.outputs[i].bench, spread), rep.outputs[i].bench) for rep in refs
-                    if rep.outputs[i].bench is not None]
+            dev = o.device
+            errs = [(_scale_err(dev, b, spread), b) for b in (rep.outputs[i].bench for rep in refs) if b is not None]
             err, ref = min(errs, key=lambda e: e[0])
             u_out = max(u, UNIT_ROUNDOFF.get(o.dtype, 0.0))
             k = _reduction_len(rows, o.shape)
@@ -171,7 +171,7 @@ class _Side:
             raise Unresolvable("its forward call is not in the dump: the backward cannot be replayed")
         out_dt = [_DTYPES.get(r.dtype) for r in rows if r.io == "output" and r.kind == "tensor"]
         coarse = max((d for d in out_dt if d is not None), key=lambda d: UNIT_ROUNDOFF[str(d)], default=None)
-        variants = [None]
+        variants: list[Any] = [None]
         if coarse is not None and any(r.kind == "tensor" and _DTYPES.get(r.dtype) is not None
                                       and UNIT_ROUNDOFF[r.dtype] < UNIT_ROUNDOFF[str(coarse)]
                                       for r in fwd_rows if r.io == "input"):
