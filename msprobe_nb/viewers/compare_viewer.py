@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots as P
+from . import precision_plot as PP
 from .base import BaseViewer
 from .detail import Detail, frames_html, parse_frames
 from .table import VERDICTS, cell_styles, reason_rank, render_html
@@ -38,7 +39,8 @@ _MD5_COLUMNS = ["call_index", "name", "result", "npu_hash", "bench_hash", "npu_d
                 "bench_norm"]
 _TENSOR_METRICS = ["cosine", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths", "rel_l2_err",
                    "rmse", "mean_abs_err"]
-_DETAIL = ["io", "arg", "kind", "match", "result", "err", "npu_dtype", "bench_dtype", "npu_shape", "bench_shape",
+_DETAIL = ["io", "arg", "kind", "match", "result", "err", "verdict", "bound_ratio", "own_err", "inherited_err",
+           "bound", "npu_dtype", "bench_dtype", "npu_shape", "bench_shape",
            "npu_max", "bench_max", "npu_min", "bench_min", "npu_mean", "bench_mean", "npu_norm", "bench_norm",
            "npu_value", "bench_value", "norm_rel", "cosine", "max_abs_err", "one_thousandth", "npu_hash",
            "bench_hash", "producer"]
@@ -273,7 +275,7 @@ class CompareViewer(BaseViewer):
                 f"<p style='font-size:12px'>step {step}, rank {rank}, call #{int(r0['call_index'])}"
                 + (f", inside {html.escape(parent)}" if parent else "")
                 + (f"; bench call {html.escape(bcall)}" if bcall and bcall != call else "") + "</p>")
-        body = render_html(rows, cols, cell_styles(rows[cols], self.thresholds))
+        body = self._verdict_html(rows) + render_html(rows, cols, cell_styles(rows[cols], self.thresholds))
         why = ("<ul style='font-size:12px'>" + "".join(f"<li>{html.escape(x)}</li>" for x in reasons) + "</ul>"
                if reasons else "")
         stk = frames_html(frames, "NPU stack")
@@ -282,6 +284,53 @@ class CompareViewer(BaseViewer):
         return Detail(call=call, step=step, rank=rank, rows=rows, stack=stack, frames=frames,
                       bench_stack=bench_stack, reasons=reasons, tensor_rows=tensor_rows,
                       html=head + body + why + stk)
+
+    @property
+    def tolerance(self) -> float:
+        """The precision model's tolerance the result was computed with (3 when it does not say)."""
+        p = getattr(getattr(self.result, "_ctx", None), "precision", None)
+        return float(getattr(p, "tolerance", 3.0) or 3.0)
+
+    def verdict_text(self, rows: pd.DataFrame) -> str:
+        """The precision model's verdict of a call in words, with its figures (``describe`` of its judged
+        output row with the largest ``bound_ratio``); '' when the call was not judged."""
+        if "verdict" not in rows.columns or "bound_ratio" not in rows.columns:
+            return ""
+        judged = rows[rows["verdict"].astype(object).fillna("") != ""]
+        if judged.empty:
+            return ""
+        from msprobe_nb.analysis.precision_model import describe
+        worst = judged.loc[pd.to_numeric(judged["bound_ratio"], errors="coerce").fillna(-1.0).idxmax()]
+        try:
+            text = describe(worst, self.tolerance)
+        except (KeyError, TypeError, ValueError):  # a table without every figure: the verdict alone
+            text = str(worst["verdict"])
+        tag = str(worst["name"])[len(str(worst["call"])) + 1:] if "name" in worst else ""
+        return f"{text} [{tag}]" if tag else text
+
+    def _verdict_html(self, rows: pd.DataFrame) -> str:
+        text = self.verdict_text(rows)
+        if not text:
+            return ""
+        bad = text.startswith("anomalous")
+        return (f"<p class='msnb-verdict' style='font-size:12px;margin:2px 0 4px 0;padding:3px 6px;"
+                f"border-left:3px solid {'#c0392b' if bad else '#3c9a4a'};"
+                f"background:{'#fdf2f1' if bad else '#eef7ee'}'><b>precision:</b> {html.escape(text)}</p>")
+
+    def precision_figure(self):
+        """Own and inherited error per call along execution order, the bound and the first anomaly marked
+        (:func:`~msprobe_nb.viewers.precision_plot.precision_along_order`), in the first anomaly's step and rank."""
+        d = self.divergence
+        step = getattr(d, "step", None) if d is not None else None
+        rank = getattr(d, "rank", None) if d is not None else None
+        return PP.precision_along_order(self.table, step, rank, summary=self._precision_line())
+
+    def _precision_line(self) -> str:
+        ps = getattr(self.result, "precision_summary", None)
+        try:
+            return str(ps()) if callable(ps) else ""
+        except Exception:  # noqa: BLE001 - a result without verdict columns
+            return ""
 
     def _tensor_figure(self, d: Detail, name: str):
         assert self.npu is not None and self.bench is not None, "a detail lists tensor rows only with both dumps"
@@ -352,6 +401,9 @@ class CompareViewer(BaseViewer):
                  f"<span style='color:#555'>(step {a['step']}, rank {a['rank']})</span>"]
         if a["message"]:
             lines.append(e(a["message"]))
+        prec = self._precision_line()
+        if " beyond " in prec:  # the precision model's count of anomalous calls (docs/compare.md)
+            lines.append(f"<b>precision model:</b> {e(prec)}")
         if mods:
             lines.append(f"<b>inside</b> {mods}")
         if where:
@@ -413,6 +465,12 @@ class CompareViewer(BaseViewer):
         if self.setup is not None and len(self.setup):
             w["setup"] = W.HTML(self.setup.to_html(index=False, escape=True))
             tabs.append(("Set-up", w["setup"]))
+        if PP.has_verdicts(self.table):  # the precision model's verdicts (docs/compare.md): own vs inherited error
+            w["precision_img"] = W.Image(format="png", layout=W.Layout(max_width="100%"))
+            w["precision"] = W.VBox([W.HTML("<p style='font-size:12px'>own and inherited error per call along "
+                                            "execution order; open this tab to draw it</p>"), w["precision_img"]])
+            tabs.append(("Precision", w["precision"]))
+        self._tab_titles = ["Table", "Detail", "Plots", *(t for t, _ in tabs)]
         return tabs
 
     @property
@@ -440,9 +498,13 @@ class CompareViewer(BaseViewer):
         return self
 
     def _on_tab(self, index: int) -> None:
-        if index == 3 and self._w is not None:
+        titles = getattr(self, "_tab_titles", [])
+        title = titles[index] if 0 <= index < len(titles) else ""
+        if title == "Precision" and self._w is not None:
+            self._w["precision_img"].value = P.figure_png(self.precision_figure())
+        if title == "Trace" and self._w is not None:
             self._w["trace"].value = self.trace_html()
-        if index == 4 and self._w is not None and "ranks" in self._w:
+        if title == "Ranks" and self._w is not None and "ranks" in self._w:
             from .rank_grid import RankGrid
             self.rank_grid = RankGrid(self.result, self.open_rank)
             self._w["ranks"].children = [self.rank_grid.widget]
