@@ -469,6 +469,7 @@ class CompareViewer(BaseViewer):
             w["precision_img"] = W.Image(format="png", layout=W.Layout(max_width="100%"))
             w["precision"] = W.VBox([W.HTML("<p style='font-size:12px'>own and inherited error per call along "
                                             "execution order; open this tab to draw it</p>"), w["precision_img"]])
+            w["precision"].add_class("msnb-precision")
             tabs.append(("Precision", w["precision"]))
         self._tab_titles = ["Table", "Detail", "Plots", *(t for t, _ in tabs)]
         return tabs
