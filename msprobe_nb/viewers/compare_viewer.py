@@ -467,8 +467,9 @@ class CompareViewer(BaseViewer):
             tabs.append(("Set-up", w["setup"]))
         if PP.has_verdicts(self.table):  # the precision model's verdicts (docs/compare.md): own vs inherited error
             w["precision_img"] = W.Image(format="png", layout=W.Layout(max_width="100%"))
-            w["precision"] = W.VBox([W.HTML("<p style='font-size:12px'>own and inherited error per call along "
-                                            "execution order; open this tab to draw it</p>"), w["precision_img"]])
+            note = ("<p style='font-size:12px'>own and inherited error per call along execution order, the bound "
+                    "its class and dtype allow, the anomalous calls ringed (docs/compare.md)</p>")
+            w["precision"] = W.VBox([W.HTML(note), w["precision_img"]])
             w["precision"].add_class("msnb-precision")
             tabs.append(("Precision", w["precision"]))
         self._tab_titles = ["Table", "Detail", "Plots", *(t for t, _ in tabs)]
