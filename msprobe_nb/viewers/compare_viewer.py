@@ -457,6 +457,13 @@ class CompareViewer(BaseViewer):
         w = shell.w
         w["trace"] = W.HTML("<p>open this tab to trace the first divergence to its random source</p>")
         tabs = [("Trace", w["trace"])]
+        if PP.has_verdicts(self.table):  # the precision model's verdicts (docs/compare.md): own vs inherited error
+            w["precision_img"] = W.Image(format="png", layout=W.Layout(max_width="100%"))
+            note = ("<p style='font-size:12px'>own and inherited error per call along execution order, the bound "
+                    "its class and dtype allow, the anomalous calls ringed (docs/compare.md)</p>")
+            w["precision"] = W.VBox([W.HTML(note), w["precision_img"]])
+            w["precision"].add_class("msnb-precision")
+            tabs.append(("Precision", w["precision"]))
         if "rank" in self.table.columns and self.table["rank"].nunique() > 1:
             w["ranks"] = W.VBox([W.HTML("<p>open this tab for the rank x step grid of verdicts</p>")])
             tabs.append(("Ranks", w["ranks"]))
@@ -465,13 +472,6 @@ class CompareViewer(BaseViewer):
         if self.setup is not None and len(self.setup):
             w["setup"] = W.HTML(self.setup.to_html(index=False, escape=True))
             tabs.append(("Set-up", w["setup"]))
-        if PP.has_verdicts(self.table):  # the precision model's verdicts (docs/compare.md): own vs inherited error
-            w["precision_img"] = W.Image(format="png", layout=W.Layout(max_width="100%"))
-            note = ("<p style='font-size:12px'>own and inherited error per call along execution order, the bound "
-                    "its class and dtype allow, the anomalous calls ringed (docs/compare.md)</p>")
-            w["precision"] = W.VBox([W.HTML(note), w["precision_img"]])
-            w["precision"].add_class("msnb-precision")
-            tabs.append(("Precision", w["precision"]))
         self._tab_titles = ["Table", "Detail", "Plots", *(t for t, _ in tabs)]
         return tabs
 
