@@ -518,6 +518,22 @@ def test_a_flipped_byte_in_the_commit_index_is_refused(tmp_path):
     assert str(f) in str(e.value)
 
 
+def test_a_flipped_byte_in_the_last_committed_row_of_the_index_is_refused(tmp_path):
+    """The newest commit is the one a crash or a bad disk hits first: its row is checked like every other."""
+    import h5py
+
+    from msprobe_nb.store.hdf5_layout import INDEX_FIELDS
+
+    f = _three_steps(tmp_path / "d")
+    with h5py.File(f, "r") as h:
+        chunk = h["index/steps"].id.get_chunk_info(0)
+        last = int(np.flatnonzero(h["index/steps"][()][:, INDEX_FIELDS.index("step")] == 2)[-1])
+    _flip(f, chunk.byte_offset + (last * len(INDEX_FIELDS) + INDEX_FIELDS.index("step")) * 8)  # step 2 -> 18
+    with pytest.raises(mp.DumpFormatError, match=rf"/index/steps row {last} \(step 18\) fails its checksum") as e:
+        mp.load(tmp_path / "d")
+    assert str(f) in str(e.value)
+
+
 def test_a_flipped_byte_in_the_meta_attribute_is_refused(tmp_path):
     f = _three_steps(tmp_path / "d")
     data = f.read_bytes()
