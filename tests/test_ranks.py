@@ -110,6 +110,16 @@ def test_sync_order_puts_every_call_before_a_collective_ahead_of_every_call_afte
     assert seq.index((1, "Functional.f.0.forward")) > at and seq.index((0, "Functional.f.3.forward")) > at
 
 
+def test_on_four_ranks_each_call_sits_between_the_collectives_that_bracket_it_on_its_rank():
+    # 4 ranks x 3 steps: f0, f1, all_reduce 0, f2, all_reduce 1. Read in the collective order, a step is: every
+    # rank's f0 and f1, the four all_reduce 0 side by side, every rank's f2, the four all_reduce 1
+    o = sync_order(four_ranks(None, 0))
+    for s in range(3):
+        seq = [c.split(".")[1] + c.split(".")[2] for c in o.loc[o["step"] == s, "call"]]
+        assert seq == ["f0"] * 4 + ["f1"] * 4 + ["all_reduce0"] * 4 + ["f2"] * 4 + ["all_reduce1"] * 4, (s, seq)
+    assert list(o["step"]) == sorted(o["step"])
+
+
 def test_process_groups_keep_same_named_collectives_apart():
     # ranks {0,1} and {2,3} each all_reduce in their own group; then one all_reduce over all four
     ranks = {r: [f(0, 1), ar(0, 1, 1), f(1, 1), ("Distributed.all_reduce.1.forward", {"input.0": 1, "output.0": 1})]
