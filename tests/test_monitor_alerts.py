@@ -167,6 +167,23 @@ def test_the_rules_are_their_definition_on_random_planted_series(seed):
     assert sum(len(w) for w in want.values()) > 5  # the planted values are hits, not none at all
 
 
+def test_a_spike_right_after_the_warm_up_is_the_first_alert_at_its_step():
+    # documented: once a series holds ``warmup`` values, the next one is judged. Series 1 joins 5 steps late
+    # (a parameter unfrozen later) and jumps by 1000x at its value number warmup + 1: that step is its alert
+    w = int(THRESHOLDS["warmup"])
+    rng = np.random.default_rng(0)
+    rules = AlertRules()
+    spike_at = 5 + w
+    got = []
+    for step in range(spike_at + 10):
+        ids = [0] if step < 5 else [0, 1]
+        vals = np.exp(rng.normal(0, 0.05, len(ids)))
+        if step == spike_at:
+            vals[1] *= 1e3
+        got += [(a.step, a.series, a.rule) for a in rules.observe(step, np.asarray(ids), vals)]
+    assert got[:1] == [(spike_at, 1, "spike")]
+
+
 def test_anomalies_replays_what_the_running_monitor_raised(tmp_path):
     """Random planted gradient norms (and missing gradients), losses and sign flips through a real Monitor:
     the alerts it raised while running and the record's anomalies() are the same, alert for alert."""
