@@ -1,0 +1,65 @@
+"""A fixed set of one-line mutants of the core rules, each applied to a temporary copy of the package: the
+tests mapped to it must fail (issue 36). tools/mutation.py runs the full tool; this keeps CI honest cheaply.
+Each mutant's original text must occur exactly once, so that a refactor fails here loudly, not silently."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+T = str(ROOT / "tests")
+
+#: (id, module, original text, mutated text, test node ids that must fail on it)
+MUTANTS = [
+    ("crc-last-row", "store/hdf5_index.py", "    for i in range(len(index)):", "    for i in range(len(index) - 1):",
+     [f"{T}/test_writer_safety.py::test_a_flipped_byte_in_the_last_committed_row_of_the_index_is_refused"]),
+    ("collectives-before", "analysis/rank_order.py", "before = np.cumsum(is_c) - is_c", "before = np.cumsum(is_c)",
+     [f"{T}/test_ranks.py::test_on_four_ranks_each_call_sits_between_the_collectives_that_bracket_it_on_its_rank"]),
+    ("warmup-judged", "store/monitor_rules.py", "judge = np.flatnonzero(ok & (count >= self.warmup))",
+     "judge = np.flatnonzero(ok & (count > self.warmup))",
+     [f"{T}/test_monitor_alerts.py::test_a_spike_right_after_the_warm_up_is_the_first_alert_at_its_step"]),
+]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """The package as it is, compiled extensions included, outside the repository."""
+    d = tmp_path_factory.mktemp("pristine")
+    shutil.copytree(ROOT / "msprobe_nb", d / "msprobe_nb", ignore=shutil.ignore_patterns("__pycache__"))
+    return d
+
+
+def _run(copy: Path, nodes: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *nodes],
+                          cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _mutate(pristine: Path, tmp_path: Path, module: str, old: str, new: str) -> Path:
+    copy = tmp_path / "pkg"
+    shutil.copytree(pristine, copy)
+    f = copy / "msprobe_nb" / module
+    src = f.read_text()
+    assert src.count(old) == 1, f"{module}: the mutant's text {old!r} occurs {src.count(old)} times, not once"
+    f.write_text(src.replace(old, new))
+    return copy
+
+
+def test_the_copy_is_what_the_subprocess_imports_and_unmutated_it_passes(pristine):
+    env = {**os.environ, "PYTHONPATH": str(pristine)}
+    where = subprocess.run([sys.executable, "-c", "import msprobe_nb; print(msprobe_nb.__file__)"], cwd=pristine,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert Path(where.stdout.strip()) == pristine / "msprobe_nb" / "__init__.py", where.stdout + where.stderr
+    r = _run(pristine, [n for m in MUTANTS for n in m[4]])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name,module,old,new,nodes", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_the_mutant_is_killed(pristine, tmp_path, name, module, old, new, nodes):
+    r = _run(_mutate(pristine, tmp_path, module, old, new), nodes)
+    assert r.returncode == 1, f"mutant {name} in {module} survived (rc {r.returncode}):\n{r.stdout[-3000:]}"
