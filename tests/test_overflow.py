@@ -92,6 +92,16 @@ def test_statistics_without_counts_still_tell():
     assert not nonfinite(ints).any()
 
 
+def test_an_empty_tensor_without_statistics_is_not_an_overflow():
+    # an empty float tensor has no max/min (NaN in a dump without counts): the NaN that follows is the overflow
+    t = table({0: [f("Torch.a.0.forward", 1, 2), f("Torch.b.0.forward", 2, NAN)]}, counts=False)
+    empty = t["name"] == "Torch.a.0.forward.output.0"
+    t.loc[empty, ["max", "min", "mean", "norm"]] = np.nan
+    t.loc[empty, "numel"] = 0
+    assert nonfinite(t).tolist() == [False, False, False, True]
+    assert find_overflow(t).call == "Torch.b.0.forward"
+
+
 def test_kit_hdf5_and_its_msprobe_export(tmp_path):
     from msprobe_nb.store.hdf5_writer import DumpWriter
     calls = {0: [f("Functional.linear.0.forward", 1, 2), f("Distributed.all_reduce.0.forward", 2, INF)],
