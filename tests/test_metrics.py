@@ -200,3 +200,11 @@ def test_relative_error_near_zero_is_flagged():
     assert got["max_rel_err"] > 5  # 1e-6 / 1e-7: a meaningless "1000 %"
     assert got["rel_near_zero"] is True and any("bench is ~0" in m for m in got["messages"])
     assert got["rel_l2_err"] < 1e-6  # the scale-free error stays tiny
+
+
+def test_an_error_of_exactly_one_thousandth_is_not_within_one_thousandth():
+    # msprobe: One Thousandth Err Ratio = mean(RE < 0.001), strictly; the same for five thousandths
+    b = np.array([1000.0, 1000.0, 200.0, 1.0])
+    n = np.array([1001.0, 1000.5, 201.0, 1.0])  # relative errors 0.001, 0.0005, 0.005, 0 (exact in float64)
+    m = M.tensor_metrics(n, b)
+    assert m["one_thousandth"] == 0.5 and m["five_thousandths"] == 0.75
