@@ -346,8 +346,14 @@ def test_the_compare_viewer_shows_the_set_up_differences(base: Path, tmp_path: P
     assert list(viewer.setup["item"]) == ["group 0 betas"]
     assert viewer.widget is not None
     tabs = viewer.widgets["tabs"]
-    assert "Set-up" in tabs.titles and "group 0 betas" in viewer.widgets["setup"].value
-    assert tabs.selected_index == 0  # it opens on the table and its answer; the header's note names the tab
+    assert tabs.titles[0] == "Set-up" and "group 0 betas" in viewer.widgets["setup"].value  # the first tab
+    # it opens on the table and its answer (a set-up difference is a lead); the header's note names the tab
+    assert tabs.titles[tabs.selected_index] == "Table"
+    tabs.selected_index = tabs.titles.index("Plots")  # the tabs after it keep their jobs: Plots draws its figures
+    assert viewer.widgets["plots_drawn"]
+    tabs.selected_index = 0
+    viewer.widgets["goto_div"].click()  # the first-divergence button shows the table again, not the first tab
+    assert tabs.titles[tabs.selected_index] == "Table"
     assert any("group 0 betas" in n and "Set-up tab" in n for n in result.notes)
     same = mp.CompareViewer(mp.compare(base, base, progress=False))
     assert same.widget is not None

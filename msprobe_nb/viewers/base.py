@@ -5,8 +5,8 @@ The state and its transitions are a :class:`~msprobe_nb.viewers.view_state.Table
 a viewer makes of them (the page as highlighted HTML, the selected call's :class:`Detail`, figures) and
 the ipywidgets shell (:class:`~msprobe_nb.viewers.viewer_widgets.ViewerWidgets`), built on first use.
 A viewer fills in the hooks: ``_build_detail`` and ``_tensor_figure`` (what a call's detail is),
-``_header_html``, ``_mark_call``, ``_divergence``, and the ``_extra_*`` / ``_sync_extra`` / ``_on_tab``
-hooks of the shell for widgets of its own.
+``_header_html``, ``_mark_call``, ``_divergence``, and the ``_leading_tabs`` / ``_extra_*`` / ``_sync_extra`` /
+``_on_tab`` hooks of the shell for widgets of its own.
 """
 from __future__ import annotations
 
@@ -262,11 +262,14 @@ class BaseViewer:
     def _extra_state_widgets(self) -> tuple[str, ...]:
         return ()
 
+    def _leading_tabs(self, shell: ViewerWidgets) -> list[tuple[str, Any]]:
+        return []
+
     def _extra_tabs(self, shell: ViewerWidgets) -> list[tuple[str, Any]]:
         return []
 
     def _sync_extra(self, shell: ViewerWidgets) -> None:
         pass
 
-    def _on_tab(self, index: int) -> None:
+    def _on_tab(self, title: str) -> None:
         pass

@@ -440,7 +440,7 @@ class CompareViewer(BaseViewer):
 
         def goto(_):
             self.goto_divergence()
-            w["tabs"].selected_index = 0
+            shell.select_tab("Table")
 
         w["goto_div"].on_click(goto)
         return [w["verdict"], w["match"], w["diverges"], w["goto_div"]]
@@ -467,13 +467,21 @@ class CompareViewer(BaseViewer):
         if "rank" in self.table.columns and self.table["rank"].nunique() > 1:
             w["ranks"] = W.VBox([W.HTML("<p>open this tab for the rank x step grid of verdicts</p>")])
             tabs.append(("Ranks", w["ranks"]))
-        # the runs' set-up differences (docs/setup_check.md): a tab of their own, named by the header's note; the
-        # viewer still opens on the table scrolled to the answer (a set-up difference is a lead, not the answer)
-        if self.setup is not None and len(self.setup):
-            w["setup"] = W.HTML(self.setup.to_html(index=False, escape=True))
-            tabs.append(("Set-up", w["setup"]))
-        self._tab_titles = ["Table", "Detail", "Plots", *(t for t, _ in tabs)]
         return tabs
+
+    def _leading_tabs(self, shell: ViewerWidgets) -> list[tuple[str, Any]]:
+        """The runs' set-up differences (docs/setup_check.md), the first tab when there are any; the viewer still
+        opens on the table scrolled to the answer (a set-up difference is a lead, not the answer)."""
+        import ipywidgets as W
+
+        if self.setup is None or not len(self.setup):
+            return []
+        t = self.setup.sort_values("expected", kind="stable").rename(columns={"a": "NPU run", "b": "bench run"})
+        note = ("<p style='font-size:12px'>what differs between the two runs' set-ups: the possible causes first, "
+                "then the differences expected between two machines (docs/setup_check.md)</p>")
+        shell.w["setup"] = W.HTML(note + t.to_html(index=False, escape=True, justify="left"))
+        shell.w["setup"].add_class("msnb-setup")
+        return [("Set-up", shell.w["setup"])]
 
     @property
     def setup(self) -> pd.DataFrame | None:
@@ -489,8 +497,8 @@ class CompareViewer(BaseViewer):
         """Show that rank's calls of that step, the detail on that rank's first divergence there (what a click
         on the Ranks grid does): the detail never stays on another rank's call."""
         self.set_state(rank=int(rank), step=int(step), page=0)
-        if self._w is not None:  # the table first, so that the grid can scroll to the call
-            self._w["tabs"].selected_index = 0
+        if self._shell is not None:  # the table first, so that the grid can scroll to the call
+            self._shell.select_tab("Table")
         first = getattr(self.result, "first_divergence", None)
         d = first(step=int(step), rank=int(rank)) if callable(first) else None
         if d is not None:
@@ -499,9 +507,7 @@ class CompareViewer(BaseViewer):
             self.set_state(selected=None, selected_step=None, selected_rank=None)
         return self
 
-    def _on_tab(self, index: int) -> None:
-        titles = getattr(self, "_tab_titles", [])
-        title = titles[index] if 0 <= index < len(titles) else ""
+    def _on_tab(self, title: str) -> None:
         if title == "Precision" and self._w is not None:
             self._w["precision_img"].value = P.figure_png(self.precision_figure())
         if title == "Trace" and self._w is not None:

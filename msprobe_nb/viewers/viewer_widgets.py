@@ -90,7 +90,18 @@ class ViewerWidgets:
         self.syncing = False  #: True while :meth:`sync` writes the widgets (their observers then do nothing)
         self.grid = None
         self.tree = None
+        self.titles: list[str] = []  #: the tabs' titles in order; tabs are found by title, never by position
         self.box = self._build()
+
+    def select_tab(self, title: str) -> None:
+        """Show the tab of that title (a viewer's leading tabs move the others' positions)."""
+        self.w["tabs"].selected_index = self.titles.index(title)
+
+    @property
+    def selected_tab(self) -> str:
+        """The title of the tab shown."""
+        i = self.w["tabs"].selected_index
+        return self.titles[i] if i is not None and 0 <= i < len(self.titles) else ""
 
     # ------------------------------------------------------------------ wiring
     def bind(self, name: str, conv: Callable[[Any], Any]) -> None:
@@ -194,8 +205,11 @@ class ViewerWidgets:
         detail_tab = W.VBox([w["detail"], w["detail_row"], w["detail_img"]])
         plot_tab = W.VBox([wrap_row([w["metric"], w["module_by"]]), w["plot_msg"], w["plot_order"],
                            w["plot_module"]])
-        tabs = [("Table", table_tab), ("Detail", detail_tab), ("Plots", plot_tab), *v._extra_tabs(self)]
-        w["tabs"] = W.Tab(children=[t for _, t in tabs], titles=[n for n, _ in tabs], layout=lay(max_width="100%"))
+        tabs = [*v._leading_tabs(self), ("Table", table_tab), ("Detail", detail_tab), ("Plots", plot_tab),
+                *v._extra_tabs(self)]
+        self.titles = [n for n, _ in tabs]
+        w["tabs"] = W.Tab(children=[t for _, t in tabs], titles=self.titles, layout=lay(max_width="100%"))
+        w["tabs"].selected_index = self.titles.index("Table")  # a leading tab is a lead: the table holds the answer
         w["plots_drawn"] = False
 
         self.bind("call", str)
@@ -218,7 +232,7 @@ class ViewerWidgets:
             def on_pick(c):
                 if not self.syncing and c["new"] is not None:
                     v.select_row(int(c["new"]))
-                    w["tabs"].selected_index = 1
+                    self.select_tab("Detail")
 
             w["pick"].observe(on_pick, names="value")
 
@@ -233,11 +247,12 @@ class ViewerWidgets:
         self.bind("module_by", str)
 
         def on_tab(c):
-            if c["new"] == 1:
+            title = self.titles[c["new"]] if c["new"] is not None and 0 <= c["new"] < len(self.titles) else ""
+            if title == "Detail":
                 self.draw_detail_figure()
-            if c["new"] == 2 and not w["plots_drawn"]:
+            if title == "Plots" and not w["plots_drawn"]:
                 self.draw_plots()
-            v._on_tab(c["new"])
+            v._on_tab(title)
 
         w["tabs"].observe(on_tab, names="selected_index")
         filters = wrap_row([w["call"], w["regex"], w["family"], w["module"], w["direction"], w["io"], w["step"],
@@ -362,7 +377,7 @@ class ViewerWidgets:
             self.syncing = False
         if plots:
             w["plots_drawn"] = False
-            if w["tabs"].selected_index == 2:
+            if self.selected_tab == "Plots":
                 self.draw_plots()
 
     def _sync_detail(self) -> None:
@@ -386,7 +401,7 @@ class ViewerWidgets:
             w["detail_row"].options = d.tensor_rows
             w["detail_row"].value = s.detail_row if s.detail_row in d.tensor_rows else d.tensor_rows[0]
             w["detail_row"].layout.display = ""
-            if w["tabs"].selected_index == 1:
+            if self.selected_tab == "Detail":
                 self.draw_detail_figure()
         else:
             w["detail_row"].layout.display = "none"
