@@ -23,6 +23,16 @@ MUTANTS = [
     ("warmup-judged", "store/monitor_rules.py", "judge = np.flatnonzero(ok & (count >= self.warmup))",
      "judge = np.flatnonzero(ok & (count > self.warmup))",
      [f"{T}/test_monitor_alerts.py::test_a_spike_right_after_the_warm_up_is_the_first_alert_at_its_step"]),
+    ("empty-tensor-overflow", "analysis/overflow.py", "is_float & (numel > 0) &", "is_float & (numel >= 0) &",
+     [f"{T}/test_overflow.py::test_an_empty_tensor_without_statistics_is_not_an_overflow"]),
+    ("one-thousandth-strict", "analysis/metrics.py", "np.count_nonzero(rel < ONE_THOUSANDTH)",
+     "np.count_nonzero(rel <= ONE_THOUSANDTH)",
+     [f"{T}/test_metrics.py::test_an_error_of_exactly_one_thousandth_is_not_within_one_thousandth"]),
+    ("cosine-one-side-zero", "analysis/metrics.py", "elif na <= eps or nb <= eps:", "elif na <= eps and nb <= eps:",
+     [f"{T}/test_metrics.py"]),
+    ("rel-l2-zero-bench", "analysis/metrics.py",
+     'res["rel_l2_err"] = dn / bn if bn > 0 else (0.0 if dn == 0 else math.inf)',
+     'res["rel_l2_err"] = dn / bn if bn > 0 else 0.0', [f"{T}/test_metrics.py"]),
 ]
 
 
