@@ -156,3 +156,57 @@ def test_the_command_line_summarises_a_record_and_names_the_divergence(runs, cap
     assert f"first divergence from {runs / 'b'}: step {PLANT}, rank 0: grad of 2.weight (layer 2)" in out
     assert main(["monitor", str(runs / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- reads at a glance (issue 32, item 5)
+def test_numbers_are_formatted_compactly_and_counts_as_integers(runs):
+    import pandas as pd
+
+    t = MP.format_numbers(pd.DataFrame({"norm": [-3.333402e-02, 1234567.0], "nan": [0.0, 2.0], "step": [3, 4]}))
+    assert t["norm"].tolist() == ["-0.03333", "1.235e+06"] and t["nan"].tolist() == ["0", "2"]
+    pytest.importorskip("ipywidgets", reason="ipywidgets is not installed")
+    v = mp.MonitorViewer(mp.compare_monitors(runs / "a", runs / "b"))
+    v.widget()
+    html = v.widgets["numbers"].value
+    assert "<td>0</td>" in html and "0.0</td>" not in html  # nan/inf counts as integers
+    import re
+
+    assert not re.search(r"\d\.\d{5,}", html)  # 4 significant digits, no "-3.333402e-02"
+    p = heatmap_payload(v.heatmap(), "norm_ratio")
+    assert p["values"][0][0] == "1" and "ratio" in p["scale_label"]  # what the hover tip shows, formatted
+
+
+def test_legends_carry_the_runs_names(runs):
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    assert MP.run_names(g) == ("a", "b")  # the folders' names
+    assert MP.run_names(g, ("npu", "gpu")) == ("npu", "gpu")
+    fig = MP.curves_figure(MP.curves_frame(g), names=("npu", "gpu"))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["npu", "gpu"]
+    v = mp.MonitorViewer(g, names=("npu", "gpu"))
+    assert v.names == ("npu", "gpu")
+
+
+def test_anomalies_of_one_run_only_come_first_then_the_shared_by_severity(runs):
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    a = MP.anomaly_frame(g)
+    assert len(a) and "shared" in a.columns
+    shared = a["shared"].tolist()
+    assert shared == sorted(shared)  # every unshared row before every shared one
+    first = a.iloc[0]
+    assert first["run"] == "a" and not first["shared"]  # the planted spike is run a's alone
+    for part in (a.loc[~a["shared"]], a.loc[a["shared"]]):
+        for rule, grp in part.groupby("rule", sort=False):
+            assert grp["severity"].is_monotonic_decreasing, rule
+
+
+def test_the_heat_map_has_a_colour_scale_fits_900px_and_clears_a_stale_tip(runs):
+    from msprobe_nb.viewers import monitor_viewer as MV
+
+    g = mp.compare_monitors(runs / "a", runs / "b")
+    fig = MP.heatmap_figure(MP.heatmap_frame(g), "norm_ratio")
+    assert len(fig.axes) == 2 and "ratio" in fig.axes[1].get_ylabel()  # the colour bar, labelled
+    assert fig.get_figwidth() * 80 <= 900  # figure_png's dpi
+    assert MV.HEAT_MAX_WIDTH <= 880 and 'className = "heat-colorbar"' in MV._HEAT_ESM
+    draw = MV._HEAT_ESM[MV._HEAT_ESM.index("function draw()"):]
+    assert draw.index('tip.textContent = ""') < draw.index("canvas.width")  # a redraw clears the old tip

@@ -17,8 +17,60 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-__all__ = ["anomaly_frame", "cell_numbers", "curves_figure", "curves_frame", "heat_scale", "heatmap_figure",
-           "heatmap_frame", "is_comparison", "value_choices"]
+from msprobe_nb.store.monitor_schema import RULES
+
+__all__ = ["anomaly_frame", "cell_numbers", "curves_figure", "curves_frame", "fmt_number", "format_numbers",
+           "heat_scale", "heatmap_figure", "heatmap_frame", "is_comparison", "run_names", "scale_label",
+           "value_choices"]
+
+#: columns that hold counts or indices: shown as integers
+COUNT_COLUMNS = ("step", "rank", "nan", "inf", "micro_batches", "parts")
+
+
+def fmt_number(x: Any) -> str:
+    """A number as a person reads it: 4 significant digits, compact (``-0.03333``, ``1.235e+06``); integers as
+    integers; NaN as ``nan``; anything else as ``str``."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        if np.isnan(x):
+            return "nan"
+        return f"{float(x):.4g}"
+    return str(x)
+
+
+def format_numbers(t: pd.DataFrame) -> pd.DataFrame:
+    """``t`` with every cell a string: floats by :func:`fmt_number`, counts (``COUNT_COLUMNS``) as integers."""
+    out = t.copy()
+    for c in out.columns:
+        col = out[c]
+        if c in COUNT_COLUMNS and pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            out[c] = [("" if pd.isna(v) else str(int(v))) for v in col]
+        elif pd.api.types.is_numeric_dtype(col):
+            out[c] = [fmt_number(v) for v in col]
+    return out
+
+
+def run_names(source: Any, names: tuple[str, str] | None = None) -> tuple[str, str]:
+    """The two runs' names for legends: ``names`` if given, else their folders' names (``a``/``b`` when the
+    folders share a name)."""
+    if names is not None:
+        return str(names[0]), str(names[1])
+    from pathlib import Path
+
+    got = tuple(Path(str(getattr(f, "path", "") or "")).name for f in (source.a, source.b))
+    return got if all(got) and got[0] != got[1] else ("a", "b")
+
+
+def scale_label(value: str) -> str:
+    """What the heat map's colour scale means for ``value`` (its 0 and 1 ends, in the value's units)."""
+    if value in RATIO_VALUES:
+        return f"{value}: |log2 ratio|, 0 = equal (ratio 1) .. 1 = a factor of 2 or more"
+    if value in SIMILARITY_VALUES:
+        return f"{value}: cosine, 0 = 1.0 (same direction) .. 1 = 0.5 or less"
+    return f"{value}: log10 scale, light = smallest .. dark = largest in view"
 
 #: comparison values whose distance from 1 is what matters (shaded by |log value|)
 RATIO_VALUES = ("norm_ratio",)
@@ -113,13 +165,22 @@ def curves_frame(source: Any, rank: int | None = None) -> pd.DataFrame:
 
 
 def anomaly_frame(source: Any) -> pd.DataFrame:
-    """The anomalies; for a comparison, both runs' with a ``run`` column (``a`` or ``b``)."""
+    """The anomalies; for a comparison, both runs' with a ``run`` column (``a`` or ``b``) and ``shared`` (the
+    other run has the same step, name, kind and rule): those of one run only first, then the shared ones, each
+    part non-finite first and by severity (as ``MonitorFrame.anomalies`` orders one run's)."""
     if not is_comparison(source):
         return source.anomalies()
     parts = [source.a.anomalies().assign(run="a"), source.b.anomalies().assign(run="b")]
     out = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else parts[0]
     cols = ["run", *[c for c in out.columns if c != "run"]]
-    return out[cols].sort_values(["step", "run"], kind="stable").reset_index(drop=True)
+    out = out[cols].reset_index(drop=True)
+    key = ["step", "name", "kind", "rule"]
+    runs_per = out.groupby(key, dropna=False)["run"].transform("nunique") if len(out) else out["run"]
+    out["shared"] = (runs_per > 1) if len(out) else pd.Series(dtype=bool)
+    rule = out["rule"].map({r: i for i, r in enumerate(RULES)}).fillna(len(RULES))
+    sev = pd.to_numeric(out["severity"], errors="coerce").fillna(0.0)
+    out = out.assign(_rule=rule, _sev=-sev).sort_values(["shared", "_rule", "_sev", "step", "run"], kind="stable")
+    return out.drop(columns=["_rule", "_sev"]).reset_index(drop=True)
 
 
 def cell_numbers(source: Any, step: int, name: str, rank: int | None = None) -> pd.DataFrame:
@@ -165,7 +226,7 @@ def _scalar_numbers(frames: list, step: int, name: str, rank: int | None) -> pd.
 
 def heatmap_figure(h: pd.DataFrame, value: str, title: str = "", mark: tuple[int, str] | None = None) -> Figure:
     """The heat map of :func:`heatmap_frame` (shaded by :func:`heat_scale`); ``mark``: (step, name) circled."""
-    fig = Figure(figsize=(8, max(2.0, min(10.0, 0.18 * len(h) + 1))))
+    fig = Figure(figsize=(10, max(2.5, min(10.0, 0.18 * len(h) + 1.5))))  # 800 px at figure_png's 80 dpi
     ax = fig.add_subplot()
     if h.empty:
         ax.axis("off")
@@ -180,7 +241,9 @@ def heatmap_figure(h: pd.DataFrame, value: str, title: str = "", mark: tuple[int
     ax.set_xticklabels([str(h.columns[i]) for i in ticks])
     ax.set_xlabel("step")
     ax.set_title(title or value)
-    fig.colorbar(im, ax=ax, label="0: as expected .. 1: far off")
+    cb = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
+    cb.set_label(scale_label(value), fontsize=9)
+    cb.ax.tick_params(labelsize=8)
     if mark is not None and mark[1] in h.index:
         cols = list(h.columns)
         x = max(i for i, c in enumerate(cols) if c <= mark[0]) if cols[0] <= mark[0] else 0
@@ -188,15 +251,17 @@ def heatmap_figure(h: pd.DataFrame, value: str, title: str = "", mark: tuple[int
     return fig
 
 
-def curves_figure(c: pd.DataFrame, divergence_step: int | None = None) -> Figure:
-    """Loss and gradient norm per step (two runs overlaid for a comparison); a vertical line at the first
-    divergence."""
-    fig = Figure(figsize=(8, 3))
+def curves_figure(c: pd.DataFrame, divergence_step: int | None = None,
+                  names: tuple[str, str] = ("a", "b")) -> Figure:
+    """Loss and gradient norm per step (two runs overlaid for a comparison, labelled with ``names``); a
+    vertical line at the first divergence."""
+    fig = Figure(figsize=(10, 3))  # 800 px at figure_png's 80 dpi
     for i, metric in enumerate(("loss", "grad_norm")):
         ax = fig.add_subplot(1, 2, i + 1)
-        for col, style in ((metric, "-"), (f"{metric}_a", "-"), (f"{metric}_b", "--")):
+        for col, style, label in ((metric, "-", metric), (f"{metric}_a", "-", names[0]),
+                                  (f"{metric}_b", "--", names[1])):
             if col in c.columns:
-                ax.plot(c["step"], c[col], style, label=col)
+                ax.plot(c["step"], c[col], style, label=label)
         if divergence_step is not None:
             ax.axvline(divergence_step, color="red", lw=0.8, gid="first-divergence")
         ax.set_title(metric)

@@ -19,21 +19,41 @@ import pandas as pd
 from . import monitor_plots as MP
 from .plots import figure_png
 
-__all__ = ["ANOMALIES_SHOWN", "HEATMAP_MAX_STEPS", "MonitorViewer", "anomaly_options", "heatmap_payload"]
+__all__ = ["ANOMALIES_SHOWN", "HEAT_MAX_WIDTH", "HEATMAP_MAX_STEPS", "MonitorViewer", "anomaly_options",
+           "heatmap_payload"]
 
 #: steps shown side by side in the heat map before they are binned
 HEATMAP_MAX_STEPS = 300
+#: pixels the heat map canvas may take (the whole viewer fits a 900 px wide page)
+HEAT_MAX_WIDTH = 820
 #: rows of the anomaly list in view (it scrolls)
 ANOMALIES_SHOWN = 8
 
 _HEAT_ESM = r"""
 function render({ model, el }) {
   const wrap = document.createElement("div");
-  wrap.style.cssText = "overflow:auto;max-height:32em;border:1px solid #ccc";
+  wrap.style.cssText = "overflow-x:hidden;overflow-y:auto;max-height:32em;max-width:100%;border:1px solid #ccc";
   const canvas = document.createElement("canvas");
   const tip = document.createElement("div");
-  tip.style.cssText = "font:12px monospace;color:#444;height:1.4em";
-  wrap.appendChild(canvas); el.appendChild(tip); el.appendChild(wrap);
+  tip.className = "heat-tip";
+  tip.style.cssText = "font:12px monospace;color:#444;height:1.4em;white-space:nowrap;overflow:hidden";
+  // the colour scale: a gradient bar from 0 to 1 of the cells' shade, with what the ends mean (its label)
+  const bar = document.createElement("div");
+  bar.className = "heat-colorbar";
+  bar.style.cssText = "display:flex;align-items:center;gap:6px;font:12px sans-serif;margin-top:4px";
+  const barCanvas = document.createElement("canvas"); barCanvas.width = 240; barCanvas.height = 14;
+  const lo = document.createElement("span"), hi = document.createElement("span"), lab = document.createElement("span");
+  lo.textContent = "0"; hi.textContent = "1"; lab.className = "heat-colorbar-label";
+  bar.append(lo, barCanvas, hi, lab);
+  wrap.appendChild(canvas); el.appendChild(tip); el.appendChild(wrap); el.appendChild(bar);
+  function shade(v) {
+    const g = Math.round(240 - v * 0.94), b = Math.round(200 - v * 0.78);
+    return v === 255 ? "#ddd" : `rgb(${255 - Math.round(v * 0.4)},${g},${b})`;
+  }
+  const bctx = barCanvas.getContext("2d");
+  for (let x = 0; x < barCanvas.width; x++) {
+    bctx.fillStyle = shade(Math.round(x / (barCanvas.width - 1) * 254)); bctx.fillRect(x, 0, 1, barCanvas.height);
+  }
   // the cells start after a gutter of layer names (left) and above a row of step ticks (bottom); the canvas
   // says where (data-left, data-top) so a reader of its pixels finds the cells
   const FONT = "10px sans-serif", TICKS = 14;
@@ -44,17 +64,21 @@ function render({ model, el }) {
   }
   function draw() {
     const p = model.get("payload"); const rows = p.rows || [], cols = p.cols || [];
-    const cw = p.cell_w || 4, ch = p.cell_h || 10;
+    tip.textContent = "";  // a new picture: the old hover text is stale
+    lab.textContent = p.scale_label || "";
+    const ch = p.cell_h || 10;
     const left = gutter(canvas.getContext("2d"), rows, ch);
+    // cells as wide as asked, narrower where needed so the map fits its width (no horizontal scroll)
+    const room = Math.max(100, (p.max_width || 860) - left);
+    const cw = Math.max(1, Math.min(p.cell_w || 4, Math.floor(room / Math.max(1, cols.length))));
+    canvas.dataset.cellW = cw;
     canvas.width = Math.max(1, left + cols.length * cw); canvas.height = Math.max(1, rows.length * ch + TICKS);
     canvas.dataset.left = left; canvas.dataset.top = 0;
     const ctx = canvas.getContext("2d");
     ctx.font = FONT; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
     const bytes = Uint8Array.from(atob(p.shades || ""), c => c.charCodeAt(0));
     for (let r = 0; r < rows.length; r++) for (let c = 0; c < cols.length; c++) {
-      const v = bytes[r * cols.length + c];
-      const g = Math.round(240 - v * 0.94), b = Math.round(200 - v * 0.78);
-      ctx.fillStyle = v === 255 ? "#ddd" : `rgb(${255 - Math.round(v * 0.4)},${g},${b})`;
+      ctx.fillStyle = shade(bytes[r * cols.length + c]);
       ctx.fillRect(left + c * cw, r * ch, cw, ch);
     }
     ctx.fillStyle = "#333"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
@@ -72,12 +96,14 @@ function render({ model, el }) {
   }
   function at(e) {
     const p = model.get("payload"); const b = canvas.getBoundingClientRect();
-    const c = Math.floor((e.clientX - b.left - Number(canvas.dataset.left || 0)) / (p.cell_w || 4));
+    const c = Math.floor((e.clientX - b.left - Number(canvas.dataset.left || 0)) / Number(canvas.dataset.cellW || 4));
     const r = Math.floor((e.clientY - b.top) / (p.cell_h || 10));
     return (r >= 0 && r < p.rows.length && c >= 0 && c < p.cols.length) ? [r, c] : null;
   }
   canvas.addEventListener("mousemove", e => { const q = at(e); const p = model.get("payload");
-    tip.textContent = q ? `${p.rows[q[0]]} @ step ${p.cols[q[1]]}` : ""; });
+    const v = q && p.values ? p.values[q[0]][q[1]] : "";
+    tip.textContent = q ? `${p.rows[q[0]]} @ step ${p.cols[q[1]]}${v ? ": " + v : ""}` : ""; });
+  canvas.addEventListener("mouseleave", () => { tip.textContent = ""; });
   canvas.addEventListener("click", e => {
     const q = at(e); if (q) model.send({ event: "cell", row: q[0], col: q[1] }); });
   model.on("change:payload", draw); draw();
@@ -127,9 +153,11 @@ def heatmap_payload(h: pd.DataFrame, value: str, selected: tuple[int, str] | Non
         cols = list(h.columns)
         col = max((i for i, c in enumerate(cols) if c <= selected[0]), default=0)
         sel = [list(h.index).index(selected[1]), col]
+    values = MP.format_numbers(h).to_numpy().tolist() if not h.empty else []
     return {"rows": [str(x) for x in h.index], "cols": [int(c) for c in h.columns],
             "shades": base64.b64encode(b.tobytes()).decode(), "cell_w": 4 if len(h.columns) > 100 else 10,
-            "cell_h": 10, "selected": sel}
+            "cell_h": 10, "selected": sel, "values": values, "scale_label": MP.scale_label(value),
+            "max_width": HEAT_MAX_WIDTH}
 
 
 def anomaly_options(a: pd.DataFrame, limit: int = 500) -> list[tuple[str, int]]:
@@ -148,13 +176,16 @@ class MonitorViewer:
 
     _heat_frame: pd.DataFrame  # the heat map shown (set by ``_sync`` when the widget is built)
 
-    def __init__(self, source: Any, value: str | None = None, kind: str = "grad") -> None:
+    def __init__(self, source: Any, value: str | None = None, kind: str = "grad",
+                 names: tuple[str, str] | None = None) -> None:
         if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
             from msprobe_nb.analysis.monitor_frame import load_monitor
 
             source = load_monitor(source)
         self.source = source
         self.comparison = MP.is_comparison(source)
+        #: the two runs' names in legends (given, or the folders' names)
+        self.names = MP.run_names(source, names) if self.comparison else ("a", "b")
         fd = source.first_divergence() if self.comparison else None
         self.divergence = fd
         self.state: dict[str, Any] = {"value": value or MP.value_choices(source)[0], "kind": kind, "rank": None,
@@ -292,7 +323,7 @@ class MonitorViewer:
         self._anoms = W.Select(options=anomaly_options(a), value=None, rows=ANOMALIES_SHOWN,
                                layout=W.Layout(width="100%"))
         self._anoms.observe(lambda ch: self._on_anomaly(ch["new"]), names="value")
-        self._numbers = W.HTML()
+        self._numbers = W.HTML(layout=W.Layout(max_width="880px", overflow="auto"))
         head = W.HTML(f"<b>first divergence:</b> {self.divergence}" if self.comparison else "")
         self._widget = W.VBox([head, W.HBox([self._w_value, self._w_kind]), heat_box, self._numbers,
                                self._curves_img, self._anoms_head, self._anoms])
@@ -313,12 +344,13 @@ class MonitorViewer:
                 self._heat_img.value = figure_png(MP.heatmap_figure(h, s["value"], mark=s["selected"]))
                 self._w_name.options = list(h.index)
             fd = self.divergence.step if self.divergence is not None else None
-            self._curves_img.value = figure_png(MP.curves_figure(self.curves(), fd))
+            self._curves_img.value = figure_png(MP.curves_figure(self.curves(), fd, self.names))
         elif self._heat is not None:
             self._heat.payload = heatmap_payload(self._heat_frame, s["value"], s["selected"])
         n = self.selected_numbers()
         sel = s["selected"]
-        self._numbers.value = ("" if sel is None else f"<b>step {sel[0]}, {sel[1]}</b>" + n.to_html(index=False))
+        self._numbers.value = ("" if sel is None else f"<b>step {sel[0]}, {sel[1]}</b>"
+                               + MP.format_numbers(n).to_html(index=False))
 
     def __repr__(self) -> str:
         what = "comparison" if self.comparison else "record"
