@@ -128,3 +128,55 @@ def test_the_weights_recorded_are_those_the_step_computed_with(tmp_path):
     s = mp.load_monitor(tmp_path / "m").stats
     got = s.loc[(s["kind"] == "weight") & (s["name"] == "2.weight"), "norm"].tolist()
     assert got == pytest.approx(want, rel=1e-6)
+
+
+def _train_accumulating(model, opt, steps, k, mon=None, record=None):
+    """``steps`` optimizer steps of ``k`` micro-batches each (one backward per micro-batch, the loss over k)."""
+    g = torch.Generator().manual_seed(2)
+    width = model[0].in_features
+    xs = torch.randn(steps * k, 8, width, generator=g)
+    ys = torch.randn(steps * k, 8, width, generator=g)
+    losses = []
+    for s in range(steps):
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros(())
+        for m in range(k):
+            loss = nn.functional.mse_loss(model(xs[s * k + m]), ys[s * k + m]) / k
+            loss.backward()
+            total = total + loss.detach()
+        if record is not None:  # the accumulated gradients the optimizer is about to use
+            record.append({n: p.grad.detach().double().norm().item() for n, p in model.named_parameters()})
+        opt.step()
+        losses.append(total)
+        if mon is not None:
+            mon.step(loss=total)
+    return losses
+
+
+def test_under_gradient_accumulation_the_norms_are_the_accumulated_gradients_and_training_is_unchanged(tmp_path):
+    """optimizer.step every k=4 backward passes: the default monitor changes no bit of the training, and the
+    gradient norm it records per step is the norm of the k micro-batches' summed gradient at optimizer.step,
+    not of one micro-batch's."""
+    k, steps = 4, 6
+    model = _mlp(3, 16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    plain = _train_accumulating(model, opt, steps, k)
+    plain_w = [p.detach().clone() for p in model.parameters()]
+    model = _mlp(3, 16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    want: list = []
+    with mp.Monitor(model, opt, dump_path=str(tmp_path / "m")) as mon:
+        watched = _train_accumulating(model, opt, steps, k, mon=mon, record=want)
+    assert all(torch.equal(a, b) for a, b in zip(plain, watched, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(plain_w, model.parameters(), strict=True))
+    st = mp.load_monitor(tmp_path / "m").stats
+    grads = st.loc[st["kind"] == "grad"]
+    assert sorted(set(grads["step"])) == list(range(steps))
+    for step, norms in enumerate(want):
+        got = grads.loc[grads["step"] == step].set_index("name")["norm"]
+        assert set(got.index) == set(norms)
+        for name, n in norms.items():
+            assert got[name] == pytest.approx(n, rel=1e-5), (step, name)
+    sc = mp.load_monitor(tmp_path / "m").scalars
+    if "micro_batches" in sc.columns:
+        assert (sc["micro_batches"] == k).all()
