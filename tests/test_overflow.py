@@ -121,3 +121,18 @@ def test_kit_hdf5_and_its_msprobe_export(tmp_path):
 def test_bad_input_is_a_clear_error():
     with pytest.raises(TypeError, match="dump path, a Dump or a calls DataFrame"):
         find_overflow(42)
+
+
+def test_step_and_rank_restrict_the_search_and_the_answer_names_only_its_own_rows():
+    # the same call overflows at steps 0 and 1 on both ranks: each (step, rank) asked for is answered by its
+    # own rows; six non-finite outputs are described four by name, then "(+2 more)"
+    six = {f"output.{k}": INF for k in range(6)}
+    one = {r: [f("Functional.linear.0.forward", 1, 2), ("Torch.exp.0.forward", {"input.0": 2, **six})]
+           for r in range(2)}
+    t = pd.concat([table(one, step=0), table(one, step=1)], ignore_index=True)
+    for s in (0, 1):
+        for r in (0, 1):
+            o = find_overflow(t, step=s, rank=r)
+            assert (o.step, o.rank, o.call, o.kind) == (s, r, "Torch.exp.0.forward", "call")
+            assert len(o.rows) == 6 and o.why.endswith("(+2 more)") and o.why.count("+inf") == 4
+    assert find_overflow(t, step=2) is None
