@@ -135,4 +135,6 @@ def test_step_and_rank_restrict_the_search_and_the_answer_names_only_its_own_row
             o = find_overflow(t, step=s, rank=r)
             assert (o.step, o.rank, o.call, o.kind) == (s, r, "Torch.exp.0.forward", "call")
             assert len(o.rows) == 6 and o.why.endswith("(+2 more)") and o.why.count("+inf") == 4
+    o = find_overflow(t)  # over both steps: the first, with the rows of that step only
+    assert o.step == 0 and len(o.rows) == 6
     assert find_overflow(t, step=2) is None
