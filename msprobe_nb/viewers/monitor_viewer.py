@@ -69,7 +69,8 @@ function render({ model, el }) {
     const ch = p.cell_h || 10;
     const left = gutter(canvas.getContext("2d"), rows, ch);
     // cells as wide as asked, narrower where needed so the map fits its width (no horizontal scroll)
-    const room = Math.max(100, (p.max_width || 860) - left);
+    const avail = Math.min(p.max_width || 860, wrap.clientWidth > 2 ? wrap.clientWidth - 2 : p.max_width || 860);
+    const room = Math.max(100, avail - left);
     const cw = Math.max(1, Math.min(p.cell_w || 4, Math.floor(room / Math.max(1, cols.length))));
     canvas.dataset.cellW = cw;
     canvas.width = Math.max(1, left + cols.length * cw); canvas.height = Math.max(1, rows.length * ch + TICKS);
@@ -107,6 +108,9 @@ function render({ model, el }) {
   canvas.addEventListener("click", e => {
     const q = at(e); if (q) model.send({ event: "cell", row: q[0], col: q[1] }); });
   model.on("change:payload", draw); draw();
+  // the output's width is known once shown (and changes with the page): redraw to fit it
+  let seen = 0;
+  new ResizeObserver(() => { if (wrap.clientWidth !== seen) { seen = wrap.clientWidth; draw(); } }).observe(wrap);
 }
 export default { render };
 """
