@@ -68,11 +68,11 @@ def run_module(module: str, tests: list[str], timeout: float) -> dict:
                 out["mutants"] += 1
                 m = item.mutations[0]
                 where = (module, int(m.start_pos[0]), m.operator_name)
-                if result.worker_outcome == WorkerOutcome.TIMEOUT:
+                if result.test_outcome == TestOutcome.KILLED and (result.output or "").strip() == "timeout":
                     out["timeout"] += 1
                 elif result.test_outcome == TestOutcome.KILLED:
                     out["killed"] += 1
-                elif result.test_outcome == TestOutcome.INCOMPETENT:
+                elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
                     out["incompetent"] += 1
                 elif where in EQUIVALENT:
                     out["equivalent"] += 1
