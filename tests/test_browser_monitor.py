@@ -62,6 +62,9 @@ def test_the_monitor_viewer_reads_at_900px(tmp_path):
             canvas.click(position={"x": left + 10 * cw + cw / 2, "y": 5})
             numbers = out.locator(".widget-html", has_text="0.weight").locator("table").first
             numbers.wait_for(state="visible", timeout=30_000)
+            wide = out.evaluate("el => [...el.querySelectorAll('.widget-html')]"
+                                ".map(h => h.scrollWidth - h.clientWidth)")
+            assert max(wide) <= 0, wide  # the numbers' table fits too
             cells = numbers.locator("td").all_inner_texts()
             assert cells and not any(re.search(r"\d\.\d{5,}|e-0\d", c) for c in cells), cells
             # a new picture (another kind): the old tip is gone

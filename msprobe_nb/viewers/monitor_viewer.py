@@ -354,7 +354,8 @@ class MonitorViewer:
         n = self.selected_numbers()
         sel = s["selected"]
         self._numbers.value = ("" if sel is None else f"<b>step {sel[0]}, {sel[1]}</b>"
-                               + MP.format_numbers(n).to_html(index=False))
+                               + MP.format_numbers(n.drop(columns=["step", "name"], errors="ignore"))
+                               .to_html(index=False).replace('<table ', '<table style="font-size:12px" ', 1))
 
     def __repr__(self) -> str:
         what = "comparison" if self.comparison else "record"
