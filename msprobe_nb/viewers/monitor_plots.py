@@ -266,6 +266,6 @@ def curves_figure(c: pd.DataFrame, divergence_step: int | None = None,
             ax.axvline(divergence_step, color="red", lw=0.8, gid="first-divergence")
         ax.set_title(metric)
         ax.set_xlabel("step")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
     fig.tight_layout()
     return fig
