@@ -210,3 +210,22 @@ def test_the_heat_map_has_a_colour_scale_fits_900px_and_clears_a_stale_tip(runs)
     assert MV.HEAT_MAX_WIDTH <= 880 and 'className = "heat-colorbar"' in MV._HEAT_ESM
     draw = MV._HEAT_ESM[MV._HEAT_ESM.index("function draw()"):]
     assert draw.index('tip.textContent = ""') < draw.index("canvas.width")  # a redraw clears the old tip
+
+
+def test_the_anomaly_order_on_planted_shared_and_single_run_rows():
+    """Rows both runs have come after those of one run only; within each, non-finite first, then by severity."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    def frame(rows):
+        return pd.DataFrame(rows, columns=["step", "rank", "name", "kind", "rule", "severity", "message"])
+
+    a = frame([(5, 0, "w", "grad", "spike", 9.0, "shared big"), (7, 0, "w", "grad", "spike", 3.0, "a small"),
+               (8, 0, "v", "grad", "nonfinite", 1.0, "a nan")])
+    b = frame([(5, 0, "w", "grad", "spike", 8.0, "shared big"), (9, 0, "w", "grad", "spike", 6.0, "b mid")])
+    g = SimpleNamespace(table=None, first_divergence=None, a=SimpleNamespace(anomalies=lambda: a),
+                        b=SimpleNamespace(anomalies=lambda: b))
+    got = MP.anomaly_frame(g)
+    assert got["message"].tolist() == ["a nan", "b mid", "a small", "shared big", "shared big"]
+    assert got["run"].tolist()[:3] == ["a", "b", "a"] and got["shared"].tolist() == [False] * 3 + [True] * 2
