@@ -576,3 +576,31 @@ def test_the_first_divergence_is_never_graded_pass(stat_result):
     diverging = stat_result[stat_result["diverges"]]
     assert "pass" not in set(diverging["result"])
     assert (stat_result["msprobe_result"] != stat_result["result"]).any()
+
+
+def test_the_tensor_call_rules_are_strict_at_their_thresholds():
+    """msprobe's checkers compare strictly: an output whose One Thousandth ratio is exactly 0.1 is not an error
+    by that rule (0.09 is), and a cosine drop exactly at the threshold does not warn (just beyond it does)."""
+    calls = [("Torch.f.0.forward", {"input.0": {"data_name": "i"}, "output.0": {"data_name": "o"}})]
+    x = torch.linspace(1, 2, 100, dtype=torch.float64)
+
+    def reasons(n_equal: int, thresholds=None) -> list[str]:
+        o = x.clone()
+        o[n_equal:] = -o[n_equal:]  # n_equal of the 100 elements within one thousandth, the others far off
+        npu = _TensorDump(build(calls), {"i": x, "o": o})
+        bench = _TensorDump(build(calls), {"i": x, "o": x})
+        return list(compare(npu, bench, thresholds=thresholds).set_index("name")
+                    .loc["Torch.f.0.forward.output.0", "reasons"])
+
+    assert not any("One Thousandth" in s for s in reasons(10))  # ratio 0.1: not below 0.1
+    assert any("One Thousandth" in s for s in reasons(9))
+    npu = _TensorDump(build(calls), {"i": x, "o": x.flip(0)})
+    bench = _TensorDump(build(calls), {"i": x, "o": x})
+    drop = 1.0 - float(compare(npu, bench).set_index("name").loc["Torch.f.0.forward.output.0", "cosine"])
+    assert 0 < drop < 0.5
+
+    def warns(threshold: float) -> bool:
+        r = compare(npu, bench, thresholds={"cosine_drop_warning": threshold}).set_index("name")
+        return any("Cosine drops" in s for s in r.loc["Torch.f.0.forward.output.0", "reasons"])
+
+    assert not warns(drop) and warns(math.nextafter(drop, 0.0))

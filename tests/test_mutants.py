@@ -33,6 +33,12 @@ MUTANTS = [
     ("rel-l2-zero-bench", "analysis/metrics.py",
      'res["rel_l2_err"] = dn / bn if bn > 0 else (0.0 if dn == 0 else math.inf)',
      'res["rel_l2_err"] = dn / bn if bn > 0 else 0.0', [f"{T}/test_metrics.py"]),
+    ("one-thousandth-rule-strict", "analysis/grading.py", "(ratio < th.one_thousandth_output_error)",
+     "(ratio <= th.one_thousandth_output_error)",
+     [f"{T}/test_compare_msprobe.py::test_the_tensor_call_rules_are_strict_at_their_thresholds"]),
+    ("cosine-drop-strict", "analysis/grading.py", "cin[c] - cos[i] > th.cosine_drop_warning",
+     "cin[c] - cos[i] >= th.cosine_drop_warning",
+     [f"{T}/test_compare_msprobe.py::test_the_tensor_call_rules_are_strict_at_their_thresholds"]),
 ]
 
 
