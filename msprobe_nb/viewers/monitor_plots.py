@@ -60,8 +60,8 @@ def run_names(source: Any, names: tuple[str, str] | None = None) -> tuple[str, s
         return str(names[0]), str(names[1])
     from pathlib import Path
 
-    got = tuple(Path(str(getattr(f, "path", "") or "")).name for f in (source.a, source.b))
-    return got if all(got) and got[0] != got[1] else ("a", "b")
+    a, b = (Path(str(getattr(f, "path", "") or "")).name for f in (source.a, source.b))
+    return (a, b) if a and b and a != b else ("a", "b")
 
 
 def scale_label(value: str) -> str:
