@@ -243,6 +243,23 @@ def notebook_json(*sources: str) -> dict:
                        "outputs": [], "source": src} for src in sources]}
 
 
+def _serve(tmp_path, cell: str, check, name: str, width: int = 1400, height: int = 1800) -> None:
+    """Open a notebook of ``cell`` in a served JupyterLab and run ``check(page, shots)`` on it: a failure saves
+    a screenshot of the page, a pass prints the screenshots ``check`` appended."""
+    chromium, sync_playwright = _requirements(None, grid=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    with Lab(tmp_path, chromium, sync_playwright) as lab:
+        page = lab.open(notebook_json(cell), width, height, name=f"{name}.ipynb")
+        try:
+            check(page, shots)
+        except BaseException:
+            _failure_shot(page, f"failure_{name}.png")
+            raise
+    for s in shots:
+        print(f"screenshot: {s}")
+
+
 def _failure_shot(page, name: str = "failure.png") -> None:
     failed = ARTIFACTS / name
     try:

@@ -21,27 +21,17 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import _LAYOUT, ARTIFACTS, Lab, _cell_texts, _failure_shot, _requirements, _wait_grid, notebook_json
+from helpers import (
+    _LAYOUT,
+    ARTIFACTS,
+    _cell_texts,
+    _serve,
+    _wait_grid,
+)
 
 INTEROP = Path(__file__).resolve().parents[2] / "shared" / "interop" / "msprobe-2rank-collectives"
 
 WIDTH = 1400
-
-
-def _serve(tmp_path, cell: str, check, name: str) -> None:
-    """Open a notebook of ``cell`` in a served JupyterLab and run ``check(page, shots)`` on it."""
-    chromium, sync_playwright = _requirements(None, grid=True)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shots: list[Path] = []
-    with Lab(tmp_path, chromium, sync_playwright) as lab:
-        page = lab.open(notebook_json(cell), WIDTH, 1800, name=f"{name}.ipynb")
-        try:
-            check(page, shots)
-        except BaseException:
-            _failure_shot(page, f"failure_{name}.png")
-            raise
-    for s in shots:
-        print(f"screenshot: {s}")
 
 
 def _shoot(element, shots: list[Path], name: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import ARTIFACTS, Lab, _failure_shot, _requirements, _wait_grid, notebook_json
+from helpers import ARTIFACTS, _serve, _wait_grid
 
 WIDTH = 1400
 PLANTED = "Functional.relu.1.forward"
@@ -70,16 +70,4 @@ def _check(page, shots: list[Path]) -> None:
 
 
 def test_compare_viewer_opens_on_the_first_anomalous_call(tmp_path):
-    chromium, sync_playwright = _requirements(None, grid=True)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shots: list[Path] = []
-    with Lab(tmp_path, chromium, sync_playwright) as lab:
-        page = lab.open(notebook_json(CELL.format(root=str(tmp_path / "dumps"))), WIDTH, 1800,
-                        name="precision.ipynb")
-        try:
-            _check(page, shots)
-        except BaseException:
-            _failure_shot(page, "failure_precision.png")
-            raise
-    for s in shots:
-        print(f"screenshot: {s}")
+    _serve(tmp_path, CELL.format(root=str(tmp_path / "dumps")), _check, "precision", WIDTH)
