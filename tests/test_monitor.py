@@ -476,32 +476,6 @@ def test_the_norms_kernel_checks_its_output_buffer():
         kernel([t.data_ptr()], [4, 4], out)
 
 
-def test_the_c_loop_over_the_tensors_agrees_with_the_python_loop(monkeypatch):
-    """cpu_norm_runs reads each tensor's class, dtype, device, contiguity, address and size in C where the
-    extension has ``tensor_runs``: the same runs as the Python loop, and None for the same inputs (a subclass, a
-    transposed view, another dtype, an empty tensor, a tuple given)."""
-    from msprobe_nb.capture import monitor_stats
-
-    if monitor_stats._tensor_runs is None:
-        pytest.skip("msprobe_nb.capture._fused_stats is not built, or without tensor_runs")
-
-    class Sub(torch.Tensor):
-        pass
-
-    base = [nn.Parameter(torch.randn(7)), torch.randn(3, 4), torch.randn(5).neg(), torch.randn(1)]
-    cases = [base, tuple(base), base + [torch.randn(4, 3).t()], base + [torch.randn(3, dtype=torch.float64)],
-             base + [torch.empty(0)], base + [torch.randn(2).as_subclass(Sub)], [torch.randn(2, 2)[:, 0]], []]
-    c_loop = [monitor_stats.cpu_norm_runs(ts) for ts in cases]
-    tensor_runs = monitor_stats._tensor_runs
-    monkeypatch.setattr(monitor_stats, "_tensor_runs", None)
-    py_loop = [monitor_stats.cpu_norm_runs(ts) for ts in cases]
-    assert c_loop == py_loop
-    assert [r is None for r in c_loop] == [False, False, True, True, True, True, True, False]
-    assert c_loop[0] == ([t.data_ptr() for t in base], [7, 12, 5, 1])
-    with pytest.raises(TypeError, match="sequence of tensors"):
-        tensor_runs(5, monitor_stats.PLAIN_TENSORS, torch.float32)
-
-
 def test_without_sign_bitmaps_the_direction_comes_from_histograms(tmp_path):
     def flip(step, model, opt):
         if step == 10:

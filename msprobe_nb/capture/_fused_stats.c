@@ -127,88 +127,6 @@ static PyObject *norms_into(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* interned attribute names read by tensor_runs (made at import) */
-static PyObject *s_dtype, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_numel;
-
-/* 1 when the object's attribute (or the result of calling its method, when call) is the object want, 0 when it
-   is not, -1 with an exception set */
-static int attr_is(PyObject *t, PyObject *name, int call, PyObject *want)
-{
-    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
-    if (v == NULL)
-        return -1;
-    int same = v == want;
-    Py_DECREF(v);
-    return same;
-}
-
-/* 1 when t is a non-empty contiguous CPU tensor of exactly one of types and of dtype, its address and count
-   then appended at k in addresses and counts; 0 when it is not; -1 with an exception set */
-static int add_run(PyObject *t, PyObject *types, PyObject *dtype, PyObject *addresses, PyObject *counts, Py_ssize_t k)
-{
-    int known = 0;
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(types) && !known; j++)
-        known = (PyObject *)Py_TYPE(t) == PyTuple_GET_ITEM(types, j);
-    if (!known)
-        return 0;
-    int ok = attr_is(t, s_dtype, 0, dtype);
-    if (ok == 1)
-        ok = attr_is(t, s_is_cpu, 0, Py_True);
-    if (ok == 1)
-        ok = attr_is(t, s_is_contiguous, 1, Py_True);
-    if (ok != 1)
-        return ok;
-    PyObject *address = PyObject_CallMethodNoArgs(t, s_data_ptr);
-    if (address == NULL)
-        return -1;
-    PyList_SET_ITEM(addresses, k, address);
-    PyObject *n = PyObject_CallMethodNoArgs(t, s_numel);
-    if (n == NULL)
-        return -1;
-    PyList_SET_ITEM(counts, k, n);
-    Py_ssize_t count = PyLong_AsSsize_t(n);
-    if (count == -1 && PyErr_Occurred())
-        return -1;
-    return count > 0;
-}
-
-/* tensor_runs(tensors, types, dtype) -> (addresses, counts), the arguments of norms_into, or None unless every
-   tensor's class is one of types (exactly: a subclass takes torch's path), its dtype is dtype, it is on the CPU,
-   contiguous and not empty. The same reads as the Python loop over the tensors (capture/monitor_stats.py), done
-   once per step over a model's weights and gradients, without the interpreter around each read; torch's own
-   attribute reads remain. */
-static PyObject *tensor_runs(PyObject *self, PyObject *args)
-{
-    PyObject *tensors, *types, *dtype;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OO!O", &tensors, &PyTuple_Type, &types, &dtype))
-        return NULL;
-    PyObject *seq = PySequence_Fast(tensors, "tensor_runs() needs a sequence of tensors");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *addresses = PyList_New(m), *counts = PyList_New(m), *result = NULL;
-    if (addresses == NULL || counts == NULL)
-        goto done;
-    for (Py_ssize_t k = 0; k < m; k++) {
-        int ok = add_run(items[k], types, dtype, addresses, counts, k);
-        if (ok < 0)
-            goto done;
-        if (ok == 0)
-            goto not_applicable;
-    }
-    result = PyTuple_Pack(2, addresses, counts);
-    goto done;
-not_applicable:
-    result = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(addresses);
-    Py_XDECREF(counts);
-    Py_DECREF(seq);
-    return result;
-}
-
 /* Integer and bool tensors: torch's path takes aminmax, a float64 copy, its mean and its norm, each a dispatch
    and a read back. Here: exact max and min, and the sum and sum of squares accumulated in double (four
    partial sums), as torch's float64 reductions accumulate them. For bool, the count of true elements. */
@@ -293,9 +211,6 @@ static PyMethodDef methods[] = {
     {"norms_into", norms_into, METH_VARARGS,
      "norms_into(addresses, counts, out) writes the float32 norm of each float32 run at addresses (tensors'"
      " data_ptr()) into out, one call."},
-    {"tensor_runs", tensor_runs, METH_VARARGS,
-     "tensor_runs(tensors, types, dtype) -> (addresses, counts) for norms_into, or None unless every tensor is a"
-     " non-empty contiguous CPU tensor of one of types (exactly) and of dtype."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",
@@ -304,13 +219,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused_stats",
 
 PyMODINIT_FUNC PyInit__fused_stats(void)
 {
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_is_cpu = PyUnicode_InternFromString("is_cpu");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_numel = PyUnicode_InternFromString("numel");
-    if (!s_dtype || !s_is_cpu || !s_is_contiguous || !s_data_ptr || !s_numel)
-        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "ABI", MSPROBE_NB_STATS_ABI) < 0) {
         Py_DECREF(m);

@@ -12,7 +12,3 @@ def int_stats_at(address: int, n: int, code: int) -> tuple[float, float, float, 
 
 def norms_into(addresses: Any, counts: Any, out: Any) -> None:
     """Writes into ``out`` (float32) the norm of each run of ``counts[k]`` float32 values at ``addresses[k]``."""
-
-def tensor_runs(tensors: Any, types: tuple[type, ...], dtype: Any) -> tuple[list[int], list[int]] | None:
-    """``norms_into``'s (addresses, counts) of ``tensors``, or None unless each is a non-empty contiguous CPU
-    tensor of exactly one of ``types`` and of ``dtype``."""

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from msprobe_nb.capture.host_arrays import numpy_copy
-from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel, tensor_runs_kernel
+from msprobe_nb.capture.stats import PLAIN_TENSORS, norms_kernel
 from msprobe_nb.store.monitor_schema import COUNT_STATS, FLOAT_STATS, STATS
 
 __all__ = ["COUNT_STATS", "FLOAT_STATS", "STATS", "SignHistory", "SignPacker", "cpu_norm_runs", "cpu_norms",
@@ -61,8 +61,6 @@ def _norm_plan(ts: Sequence[torch.Tensor], layout: Any = None,
 
 
 _F32 = torch.float32
-#: the C loop of cpu_norm_runs, None where the extension was not built or predates it
-_tensor_runs = tensor_runs_kernel()
 
 
 def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | None:
@@ -73,8 +71,6 @@ def cpu_norm_runs(ts: Sequence[torch.Tensor]) -> tuple[list[int], list[int]] | N
     negations, which have the same norm."""
     if norms_kernel() is None:
         return None
-    if _tensor_runs is not None:  # the same loop in C (capture/_fused_stats.c)
-        return _tensor_runs(ts, PLAIN_TENSORS, _F32)
     addresses: list[int] = []
     counts: list[int] = []
     add, count = addresses.append, counts.append

@@ -29,7 +29,6 @@ _kernel = c_contract.fused_stats()
 _fused_at = _kernel.stats_at if _kernel is not None else None
 _norms_into = _kernel.norms_into if _kernel is not None else None
 _int_at = _kernel.int_stats_at if _kernel is not None else None
-_tensor_runs = getattr(_kernel, "tensor_runs", None)
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -75,13 +74,6 @@ def norms_kernel() -> Any:
     float32 L2 norm of each run of float32 values at tensors' ``data_ptr()`` (the caller checks they are
     contiguous float32 CPU tensors and holds them), in one call; None where the extension was not built."""
     return _norms_into
-
-
-def tensor_runs_kernel() -> Any:
-    """The C loop ``tensor_runs(tensors, types, dtype)``: ``norms_into``'s arguments for tensors that are all
-    non-empty contiguous CPU tensors of exactly one of ``types`` and of ``dtype``, else None; None itself where
-    the extension was not built (or was built before it had the function)."""
-    return _tensor_runs
 
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
