@@ -12,6 +12,7 @@ incompetent). Survivors are listed by line and operator so that each gets a test
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: module (under msprobe_nb/) -> the fast test files that judge it
 MODULES: dict[str, list[str]] = {
-    "analysis/rank_order.py": ["test_ranks.py"],
+    "analysis/rank_order.py": ["test_rank_order_rules.py", "test_ranks.py"],
     "analysis/overflow.py": ["test_overflow.py"],
     "analysis/metrics.py": ["test_metrics.py"],
     "analysis/divergence.py": ["test_divergence.py"],
@@ -36,30 +37,105 @@ MODULES: dict[str, list[str]] = {
     "store/msprobe_reader.py": ["test_msprobe_format.py"],
 }
 
+#: the output given to mutants inside annotations, never evaluated under ``from __future__ import annotations``
+#: (counted equivalent, not run)
+ANNOTATION = "annotation"
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
-EQUIVALENT: dict[tuple[str, int, str], str] = {}
+EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
+    ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_NotEq"):
+        "the shortcut for identical orders gives what the general walk gives; this one always walks",
+    ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_Is"):
+        "the shortcut for identical orders gives what the general walk gives; this one walks more often",
+    ("analysis/rank_order.py", 83, "core/NumberReplacer"): "a clock past the rank's last collective is never read",
+    ("analysis/rank_order.py", 106, "core/ReplaceComparisonOperator_Lt_NotEq"): "pos[q] never passes len(seqs[q])",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_BitXor"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_BitOr"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
+    ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
+    ("analysis/rank_order.py", 142, "core/NumberReplacer"):
+        "evaluated only where the rank has collectives (len(cc) > 0); else only local calls, which np.where takes",
+    ("analysis/rank_order.py", 146, "core/ReplaceTrueWithFalse"): "the kept index column is dropped by [ORDER_COLUMNS]",
+}
 
 
-def _config(module: str, tests: list[str], timeout: float) -> str:
-    cmd = " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                    *[str(ROOT / "tests" / t) for t in tests]])
+def _annotation_spans(src: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the annotations are, when ``from __future__ import annotations`` keeps them from being evaluated."""
+    tree = ast.parse(src)
+    if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and any(a.name == "annotations"
+               for a in n.names) for n in tree.body):
+        return []
+    anns = [n.annotation for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.AnnAssign)) and n.annotation]
+    anns += [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns]
+    return [((a.lineno, a.col_offset), (a.end_lineno or a.lineno, a.end_col_offset or 0)) for a in anns]
+
+
+def _skip_annotations(db_path: Path, src: str) -> None:
+    """Mark the mutants inside annotations as skipped (counted equivalent): a string never evaluated."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    spans = _annotation_spans(src)
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            pos = tuple(item.mutations[0].start_pos)
+            if any(a <= pos < b for a, b in spans):
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=ANNOTATION))
+
+
+def _test_command(tests: list[str], timeout: float, sock: Path | None) -> list[str]:
+    # plain asserts: a mutant is judged by pass / fail, and rewriting the test modules each time costs
+    pytest_args = ["-x", "-q", "-p", "no:cacheprovider", "--assert=plain", *[str(ROOT / "tests" / t) for t in tests]]
+    if sock is None:
+        return [sys.executable, "-m", "pytest", *pytest_args]
+    # the fork server runs the tests and enforces ``timeout``
+    return [sys.executable, str(ROOT / "tools" / "mutation_server.py"), "run", str(sock), str(timeout), *pytest_args]
+
+
+def _config(module: str, tests: list[str], timeout: float, sock: Path | None) -> str:
+    cmd = " ".join(_test_command(tests, timeout, sock))
+    if sock is not None:
+        timeout += 30  # cosmic-ray's own timeout is a backstop to the server's
     return (f'[cosmic-ray]\nmodule-path = "msprobe_nb/{module}"\ntimeout = {timeout}\nexcluded-modules = []\n'
             f'test-command = "{cmd}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
 
 
-def run_module(module: str, tests: list[str], timeout: float) -> dict:
+def run_module(module: str, tests: list[str], timeout: float, server: bool = True) -> dict:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         shutil.copytree(ROOT / "msprobe_nb", work / "msprobe_nb", ignore=shutil.ignore_patterns("__pycache__"))
-        (work / "cr.toml").write_text(_config(module, tests, timeout))
+        sock = work / "tests.sock" if server else None
+        (work / "cr.toml").write_text(_config(module, tests, timeout, sock))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]),
                "PYTHONDONTWRITEBYTECODE": "1"}
         t0 = time.time()
-        for step in (["init", "cr.toml", "s.sqlite"], ["exec", "cr.toml", "s.sqlite"]):
-            subprocess.run([sys.executable, "-m", "cosmic_ray.cli", *step], cwd=work, env=env, check=True)
+        srv = None
+        if sock is not None:  # tools/mutation_server.py: imports once, forks a child per mutant
+            srv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "mutation_server.py"), "serve", str(sock)],
+                                   cwd=work, env=env)
+            while not sock.exists():
+                if srv.poll() is not None:
+                    raise SystemExit(f"tools/mutation_server.py exited with {srv.returncode}")
+                time.sleep(0.1)
+        try:
+            base = subprocess.run(_test_command(tests, timeout, sock), cwd=work, env=env, capture_output=True,
+                                  text=True)
+            if base.returncode != 0:  # every mutant would count as killed
+                raise SystemExit(f"{module}: the unmutated tests fail:\n{base.stdout[-3000:]}{base.stderr[-2000:]}")
+            cr = [sys.executable, "-m", "cosmic_ray.cli"]
+            subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
+            _skip_annotations(work / "s.sqlite", (ROOT / "msprobe_nb" / module).read_text())
+            subprocess.run([*cr, "exec", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
+        finally:
+            if srv is not None:
+                srv.kill()
+                srv.wait()
         took = time.time() - t0
         out = dict(module=module, seconds=took, mutants=0, killed=0, survived=0, equivalent=0, timeout=0,
                    incompetent=0, survivors=[])
@@ -72,13 +148,17 @@ def run_module(module: str, tests: list[str], timeout: float) -> dict:
                     out["timeout"] += 1
                 elif result.test_outcome == TestOutcome.KILLED:
                     out["killed"] += 1
+                elif result.worker_outcome == WorkerOutcome.SKIPPED and result.output == ANNOTATION:
+                    out["equivalent"] += 1
                 elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
                     out["incompetent"] += 1
                 elif where in EQUIVALENT:
                     out["equivalent"] += 1
                 else:
                     out["survived"] += 1
-                    out["survivors"].append(f"line {where[1]}: {m.operator_name} {m.occurrence}")
+                    plus = [ln[1:].strip() for ln in (result.diff or "").splitlines()
+                            if ln.startswith("+") and not ln.startswith("+++")]
+                    out["survivors"].append(f"line {where[1]}: {m.operator_name} {m.occurrence}: `{' / '.join(plus)}`")
     return out
 
 
@@ -101,12 +181,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modules", nargs="*", default=list(MODULES), help="modules under msprobe_nb/ to mutate")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation.md")
+    p.add_argument("--no-server", action="store_true", help="a fresh pytest per mutant, not the fork server")
     a = p.parse_args(argv)
     rows = []
     for m in a.modules:
         if m not in MODULES:
             raise SystemExit(f"{m!r} is not a mapped module: {sorted(MODULES)}")
-        rows.append(run_module(m, MODULES[m], a.timeout))
+        rows.append(run_module(m, MODULES[m], a.timeout, server=not a.no_server))
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(report(rows))  # after each module: a long run stopped early keeps what it did
         print(report(rows[-1:]), flush=True)

@@ -1,0 +1,129 @@
+"""A fork server for tools/mutation.py (issue 36): it imports the heavy third-party libraries (numpy, pandas,
+pytest, torch) once, then runs each mutant's tests in a forked child that imports msprobe_nb afresh from the
+mutated copy. A mutant then costs its tests, not an interpreter's start-up and imports (about 1.5-3 s each).
+The server never imports msprobe_nb itself, so no child can see an unmutated module.
+
+    python tools/mutation_server.py serve SOCKET [--preload numpy pandas ...]   # started by tools/mutation.py
+    python tools/mutation_server.py run SOCKET TIMEOUT PYTEST_ARGS...          # cosmic-ray's test command
+
+``run`` prints the tests' output and exits with pytest's status; a run past TIMEOUT is killed and prints just
+``timeout`` (what tools/mutation.py counts as a timed-out mutant).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import tempfile
+
+PRELOAD = ["numpy", "pandas", "pytest", "h5py", "torch"]
+
+
+def _child(args: list[str], cwd: str, out_fd: int) -> None:
+    """In the forked child: its own process group, output to ``out_fd``, pytest in process, then exit."""
+    os.setpgid(0, 0)
+    try:  # Linux: die with the server, so that a stopped run leaves no test behind
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    rc = 3
+    try:
+        os.chdir(cwd)
+        import pytest
+
+        rc = int(pytest.main(args))
+    except BaseException as e:  # noqa: B036 - whatever happens, the child must exit with a status, not return
+        print(f"mutation_server: {type(e).__name__}: {e}", flush=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """The child's exit status, or None (after killing its group) when it runs past ``timeout``."""
+    fd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    if not ready:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        return None
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def serve(path: str, preload: list[str]) -> None:
+    sys.dont_write_bytecode = True
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no entry-point scan per run; the tests use no plugin
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    assert not any(m == "msprobe_nb" or m.startswith("msprobe_nb.") for m in sys.modules), "msprobe_nb preloaded"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path + ".tmp")
+    os.rename(path + ".tmp", path)  # the socket appears only once the server is ready
+    srv.listen(4)
+    while True:
+        conn, _ = srv.accept()
+        with conn:
+            req = json.loads(conn.makefile("r").readline())
+            with tempfile.TemporaryFile() as out:
+                pid = os.fork()
+                if pid == 0:
+                    srv.close()
+                    _child(req["args"], req["cwd"], out.fileno())
+                rc = _wait(pid, float(req["timeout"]))
+                out.seek(0)
+                text = "timeout" if rc is None else out.read().decode("utf-8", "replace")
+            try:
+                conn.sendall(json.dumps({"rc": 1 if rc is None else rc, "output": text}).encode() + b"\n")
+            except OSError:
+                pass  # the client was killed meanwhile
+
+
+def run(path: str, timeout: float, args: list[str]) -> int:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(path)
+        s.sendall(json.dumps({"args": args, "cwd": os.getcwd(), "timeout": timeout}).encode() + b"\n")
+        res = json.loads(s.makefile("r").readline())
+    sys.stdout.write(res["output"])
+    return int(res["rc"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("socket")
+    s.add_argument("--preload", nargs="*", default=PRELOAD)
+    r = sub.add_parser("run")
+    r.add_argument("socket")
+    r.add_argument("timeout", type=float)
+    r.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    if a.cmd == "serve":
+        serve(a.socket, a.preload)
+    else:
+        sys.exit(run(a.socket, a.timeout, a.pytest_args))
+
+
+if __name__ == "__main__":
+    main()
