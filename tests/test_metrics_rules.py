@@ -1,0 +1,67 @@
+"""The metrics' rules at their edges (issue 36: tests that fail when a rule breaks): when a tensor file
+contradicts its dump, and the statistics and tensor metrics at their boundaries."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from msprobe_nb.analysis import metrics as M
+
+
+# ----------------------------------------------------------------------------- a tensor file against its dump
+def test_a_file_that_matches_its_dump_contradicts_nothing():
+    x = np.array([[-2.0, 0.5], [1.0, 3.0]])
+    assert M.file_contradiction(x, (2, 2), 3.0, -2.0) is None
+    assert M.file_contradiction(x, [2, 2], 3.0, -2.0) is None  # a shape read back as a list
+    assert M.file_contradiction(x, None, 3.0, -2.0) is None  # shape not recorded: not checked
+
+
+def test_a_file_of_another_shape_names_both_shapes():
+    assert M.file_contradiction(np.zeros((2, 3)), (3, 2), 0.0, 0.0) == (
+        "the tensor file holds shape [2, 3], the dump records [3, 2]")
+
+
+def test_a_max_or_min_that_is_not_the_recorded_one_is_named():
+    x = np.array([-2.0, 0.5, 3.0])
+    assert M.file_contradiction(x, (3,), 4.0, -2.0) == "the tensor file's max is 3, the dump records 4"
+    assert M.file_contradiction(x, (3,), 3.0, -1.0) == "the tensor file's min is -2, the dump records -1"
+    assert M.file_contradiction(-x, (3,), 2.0, -2.0) == "the tensor file's min is -3, the dump records -2"
+
+
+def test_the_recorders_float32_rounding_is_not_a_contradiction_but_a_larger_change_is():
+    x = np.array([0.1, 1 / 3, 2.0 / 3.0])  # float64 file, statistics recorded in float32
+    vmax, vmin = float(np.float32(x.max())), float(np.float32(x.min()))
+    assert M.file_contradiction(x, (3,), vmax, vmin) is None
+    assert M.file_contradiction(x, (3,), x.max() * (1 + 1e-5), vmin) is not None
+    assert M.file_contradiction(x, (3,), x.max() * (1 - 1e-5), vmin) is not None
+    assert M.file_contradiction(np.zeros(3), (3,), 0.0, 0.0) is None  # an exact zero against zero
+    assert M.file_contradiction(np.zeros(3), (3,), 1e-20, 0.0) is not None
+
+
+def test_statistics_not_recorded_or_not_finite_are_not_checked():
+    x = np.array([1.0, 2.0])
+    assert M.file_contradiction(x, (2,), None, None) is None
+    assert M.file_contradiction(x, (2,), math.nan, math.inf) is None
+    assert M.file_contradiction(x, (2,), math.inf, 5.0) == "the tensor file's min is 1, the dump records 5"
+
+
+def test_nan_and_inf_elements_are_left_out_of_the_files_max_and_min():
+    x = np.array([math.nan, 1.0, math.inf, -1.0, -math.inf])
+    assert M.file_contradiction(x, (5,), 1.0, -1.0) is None
+    assert M.file_contradiction(np.array([math.nan, math.inf]), (2,), 1.0, -1.0) is None  # nothing finite
+
+
+def test_files_without_a_max_are_not_checked_but_ints_bools_and_torch_tensors_are():
+    assert M.file_contradiction(np.zeros((0, 3)), (0, 3), 1.0, -1.0) is None  # empty
+    assert M.file_contradiction(np.array([1 + 2j]), (1,), 9.0, 9.0) is None  # complex
+    assert M.file_contradiction(torch.tensor([1 + 2j]), (1,), 9.0, 9.0) is None
+    assert M.file_contradiction(np.array(["a", "b"]), (2,), 9.0, 9.0) is None  # not numbers
+    assert M.file_contradiction(np.array([1, 5], dtype=np.int64), (2,), 5.0, 1.0) is None
+    assert M.file_contradiction(np.array([1, 5], dtype=np.int64), (2,), 6.0, 1.0) is not None
+    assert M.file_contradiction(np.array([True, False]), (2,), 1.0, 0.0) is None
+    assert M.file_contradiction(np.array([True, True]), (2,), 1.0, 0.0) is not None
+    t = torch.tensor([0.5, 2.0], dtype=torch.bfloat16)
+    assert M.file_contradiction(t, (2,), 2.0, 0.5) is None
+    assert M.file_contradiction(t, (2,), 2.0, 0.25) == "the tensor file's min is 0.5, the dump records 0.25"
