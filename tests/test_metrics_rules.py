@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from msprobe_nb.analysis import metrics as M
@@ -65,3 +66,54 @@ def test_files_without_a_max_are_not_checked_but_ints_bools_and_torch_tensors_ar
     t = torch.tensor([0.5, 2.0], dtype=torch.bfloat16)
     assert M.file_contradiction(t, (2,), 2.0, 0.5) is None
     assert M.file_contradiction(t, (2,), 2.0, 0.25) == "the tensor file's min is 0.5, the dump records 0.25"
+
+
+# ----------------------------------------------------------------------------- statistics at their edges
+def test_a_statistic_missing_on_one_side_is_not_flagged_near_zero():
+    nan = math.nan
+    npu = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([nan]), "norm": np.array([2.0])}
+    bench = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([0.0]), "norm": np.array([2.0])}
+    out = M.stats_metrics(npu, bench)
+    assert list(M.near_zero_labels(out["near_zero"])) == [""]
+    assert out["err"][0] == 0.0  # mean may simply not have been recorded on one side
+
+
+# ----------------------------------------------------------------------------- tensor metrics at their edges
+def test_an_empty_bench_tensor_is_empty_not_a_shape_difference():
+    for n, b in ((np.ones(3), np.zeros(0)), (np.zeros(0), np.ones(3))):
+        got = M.tensor_metrics(n, b)
+        assert got["status"] == M.ST_EMPTY and got["messages"] == ["empty tensor: nothing to compare"]
+
+
+def test_nan_inf_positions_that_differ_are_counted_per_element():
+    got = M.tensor_metrics(np.array([math.nan, 1.0, math.inf]), np.array([math.inf, math.nan, 1.0]))
+    assert got["status"] == M.ST_NANINF
+    assert got["messages"][0].startswith("NaN/inf positions differ at 3 element(s)")
+
+
+def test_a_complex_scalar_is_compared_as_its_real_and_imaginary_parts():
+    for x in (np.array(1 + 2j), torch.tensor(1 + 2j)):
+        got = M.tensor_metrics(x, x)
+        assert got["status"] == M.ST_OK and got["cosine"] == pytest.approx(1.0) and got["max_abs_err"] == 0.0
+    off = M.tensor_metrics(np.array(1 + 2j), np.array(1 + 1j))
+    assert off["max_abs_err"] == 1.0 and off["max_rel_err"] == 1.0
+
+
+def test_a_relative_error_below_one_from_a_near_zero_bench_element_is_still_flagged():
+    got = M.tensor_metrics(np.array([1.5e-4, 1.0]), np.array([1e-4, 1.0]))
+    assert got["max_rel_err"] == pytest.approx(0.5) and got["rel_near_zero"] is True
+    assert M.tensor_metrics(np.array([1.0, 2.0]), np.array([1.0, 2.0]))["rel_near_zero"] is False
+
+
+def test_a_norm_of_exactly_eps_counts_as_all_zeros():
+    eps = np.finfo(np.float32).eps
+    tiny, zero = np.array([eps, 0.0], np.float32), np.zeros(2, np.float32)
+    assert M.tensor_metrics(tiny, zero)["cosine"] == 1.0  # both "all zeros": identical
+    assert M.tensor_metrics(zero, tiny)["cosine"] == 1.0
+    one = M.tensor_metrics(np.array([2 * eps, 0.0], np.float32), zero)
+    assert math.isnan(one["cosine"]) and any("bench tensor is all zeros" in m for m in one["messages"])
+
+
+def test_a_one_element_file_is_checked_too():
+    assert M.file_contradiction(np.array([2.0]), (1,), 2.0, 2.0) is None
+    assert M.file_contradiction(np.array([2.0]), (1,), 3.0, 2.0) == "the tensor file's max is 2, the dump records 3"

@@ -135,3 +135,15 @@ def test_only_forward_distributed_calls_are_collectives():
     calls = ["Distributed.all_reduce.0.forward", "Distributed.all_reduce.0.backward", "Functional.f.0.forward",
              "Tensor.Distributed.x.0.forward"]
     assert list(is_collective(calls)) == [True, False, False, False]
+
+
+def test_local_calls_between_many_collectives_sit_one_past_the_collective_before_them():
+    seq = {r: [(f(0, 1)[0], None)] + [c for k in range(4) for c in ((AR.format(k), None), (f(k + 1, 1)[0], None))]
+           for r in (0, 1)}
+    o = sync_order(_ranks(seq))
+    assert _clocks(o) == {0: [1, 1, 2, 2, 3, 3, 4, 4, 5], 1: [1, 1, 2, 2, 3, 3, 4, 4, 5]}
+
+
+def test_one_rank_with_collectives_is_ordered_by_its_own_calls():
+    o = sync_order(_ranks({3: [(f(0, 1)[0], None), (AR.format(0), None), (f(1, 1)[0], None)]}))
+    assert list(o["call"]) == [f(0, 1)[0], AR.format(0), f(1, 1)[0]] and _clocks(o) == {3: [1, 1, 2]}

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES: dict[str, list[str]] = {
     "analysis/rank_order.py": ["test_rank_order_rules.py", "test_ranks.py"],
     "analysis/overflow.py": ["test_overflow.py"],
-    "analysis/metrics.py": ["test_metrics.py"],
+    "analysis/metrics.py": ["test_metrics_rules.py", "test_metrics.py"],
     "analysis/divergence.py": ["test_divergence.py"],
     "analysis/grading.py": ["test_compare_msprobe.py", "test_divergence.py"],
     "analysis/matching.py": ["test_compare_msprobe.py"],
@@ -54,11 +54,22 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_BitOr"):
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_BitAnd"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/NumberReplacer"):
+        "last + 0: a forced clock <= last + 1 is never above what the later participants get (+ 2 is killed)",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
         "evaluated only where the rank has collectives (len(cc) > 0); else only local calls, which np.where takes",
     ("analysis/rank_order.py", 146, "core/ReplaceTrueWithFalse"): "the kept index column is dropped by [ORDER_COLUMNS]",
+    ("analysis/metrics.py", 41, "core/NumberReplacer"):
+        "size == -1: an empty array has no finite element either, the next guard returns None (== 1 is killed)",
+    ("analysis/metrics.py", 88, "core/ReplaceBinaryOperator_Div_FloorDiv"):
+        "bench all zeros: |norm diff| = the NPU norm >= its largest magnitude, so the ratio is exactly 1 (or NaN)",
+    ("analysis/metrics.py", 127, "core/ReplaceComparisonOperator_Eq_LtE"): "only bool casts safely to bool",
+    ("analysis/metrics.py", 178, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 199, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
 

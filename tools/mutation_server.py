@@ -6,8 +6,9 @@ The server never imports msprobe_nb itself, so no child can see an unmutated mod
     python tools/mutation_server.py serve SOCKET [--preload numpy pandas ...]   # started by tools/mutation.py
     python tools/mutation_server.py run SOCKET TIMEOUT PYTEST_ARGS...          # cosmic-ray's test command
 
-``run`` prints the tests' output and exits with pytest's status; a run past TIMEOUT is killed and prints just
-``timeout`` (what tools/mutation.py counts as a timed-out mutant).
+``run`` runs the test files in order, each in a fresh child, up to the first that fails, prints their output and
+exits with pytest's status; a file's run past TIMEOUT is killed and prints just ``timeout`` (what
+tools/mutation.py counts as a timed-out mutant).
 """
 from __future__ import annotations
 
@@ -99,13 +100,26 @@ def serve(path: str, preload: list[str]) -> None:
                 pass  # the client was killed meanwhile
 
 
-def run(path: str, timeout: float, args: list[str]) -> int:
+def _ask(path: str, timeout: float, args: list[str]) -> tuple[int, str]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
         s.sendall(json.dumps({"args": args, "cwd": os.getcwd(), "timeout": timeout}).encode() + b"\n")
         res = json.loads(s.makefile("r").readline())
-    sys.stdout.write(res["output"])
-    return int(res["rc"])
+    return int(res["rc"]), res["output"]
+
+
+def run(path: str, timeout: float, args: list[str]) -> int:
+    """The test files one after the other, each in its own child, up to the first that fails: a mutant the
+    first (fast) file kills costs neither the import nor the collection of the others."""
+    files = [a for a in args if a.endswith(".py") or ".py::" in a]
+    opts = [a for a in args if a not in files]
+    rc = 0
+    for f in files or [None]:
+        rc, text = _ask(path, timeout, opts + ([f] if f else []))
+        sys.stdout.write(text)
+        if rc != 0:
+            break
+    return rc
 
 
 def main() -> None:
