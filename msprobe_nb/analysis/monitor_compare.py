@@ -189,10 +189,10 @@ class MonitorComparison:
             and self._scalars_equal(int(first))
         if exact:
             differs = ~same | (direction < 1)
-            if not differs.any():
-                return None
-            step = int(steps[differs].min())
             loss_step = self._first_loss_difference()
+            if not differs.any() and loss_step is None:
+                return None
+            step = int(steps[differs].min()) if differs.any() else loss_step
             if loss_step is not None and loss_step < step:
                 step = loss_step
             at = t.loc[differs & (steps == step)]
@@ -290,18 +290,6 @@ def _score(t: pd.DataFrame, direction_min: float) -> np.ndarray:
     s = np.where(np.isfinite(s), s, np.inf)
     d = (1.0 - t["direction"].to_numpy(np.float64))
     return np.fmax(s, np.where(np.isfinite(d), d, 0.0))
-
-
-def _reason(r: Any, c: MonitorComparison) -> str:
-    fa, fb = np.isfinite(r["norm_a"]), np.isfinite(r["norm_b"])
-    if fa != fb:
-        return f"norm {r['norm_a']:.6g} vs {r['norm_b']:.6g} (one side not finite)"
-    parts = []
-    if abs(r["norm_ratio"] - 1) > c.norm_tolerance:
-        parts.append(f"norm ratio {r['norm_ratio']:.6g} (off 1 by more than {c.norm_tolerance:g})")
-    if r["direction"] < c.direction_min:
-        parts.append(f"direction similarity {r['direction']:.3f} (below {c.direction_min:g})")
-    return "; ".join(parts)
 
 
 def compare_monitors(a: str | Path | MonitorFrame, b: str | Path | MonitorFrame, norm_tolerance: float = NORM_TOLERANCE,
