@@ -35,6 +35,8 @@ MODULES: dict[str, list[str]] = {
     "store/hdf5_index.py": ["test_writer_safety.py", "test_store_hdf5.py"],
     "store/monitor_rules.py": ["test_monitor_alerts.py"],
     "store/msprobe_reader.py": ["test_msprobe_format.py"],
+    "precheck/standards.py": ["test_standards_rules.py"],
+    "analysis/monitor_compare.py": ["test_monitor_compare_rules.py"],
 }
 
 #: the output given to mutants inside annotations, never evaluated under ``from __future__ import annotations``
