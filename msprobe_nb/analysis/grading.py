@@ -271,7 +271,7 @@ def grade(t: Any, mode: str, th: Thresholds) -> tuple[np.ndarray, list[list[str]
     r.add(bad_file, "error", lambda i: "tensor file contradicts the dump (" + "; ".join(tmsg[i] or []) + ")")
     for i in np.flatnonzero(ok & ~nodata & ~bad_file):
         if tmsg[i]:
-            r.add(np.array([i]), 0, list(tmsg[i]))
+            r.add(np.full(len(tmsg[i]), i, dtype=np.int64), 0, list(tmsg[i]))  # every message, not the first
 
     call_ok = ok & ~shape_diff & ~bad_dtype
     if mode == "statistics":

@@ -1,0 +1,327 @@
+"""The grading rules one by one on small compare tables (issue 36: tests that fail when a rule breaks): each
+row's verdict and reasons, the call-level rules at their thresholds, the per-call summary, the thresholds'
+checks."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from msprobe_nb.analysis.grading import Thresholds, grade, near_zero_bits, summarize_calls
+
+TH = Thresholds()
+CALL = "Torch.f.0.forward"
+
+
+def _row(**kw) -> dict:
+    """A matched, comparable float32 tensor row that passes every rule; ``kw`` overrides columns."""
+    io, arg = kw.pop("io", "output"), kw.pop("arg", "0")
+    call = kw.pop("call", CALL)
+    r = dict(step=0, rank=0, call_index=0, pair=0, call=call, name=f"{call}.{io}.{arg}", io=io, op="f",
+             match="matched", kind="tensor", npu_kind="tensor", bench_kind="tensor", comparable=True,
+             npu_dtype="torch.float32", bench_dtype="torch.float32", npu_shape=(4,), bench_shape=(4,),
+             npu_max=1.0, npu_min=-1.0, bench_max=1.0, bench_min=-1.0, norm_rel=0.0, err=0.0)
+    r.update(kw)
+    return r
+
+
+def _grade(rows: list[dict], mode: str = "statistics", th: Thresholds = TH) -> tuple[list[str], list[list[str]]]:
+    res, reasons = grade(pd.DataFrame(rows), mode, th)
+    return list(res), reasons
+
+
+def _one(mode: str = "statistics", th: Thresholds = TH, **kw) -> tuple[str, list[str]]:
+    res, reasons = _grade([_row(**kw)], mode, th)
+    return res[0], reasons[0]
+
+
+# ------------------------------------------------------------------------------------------ row rules
+def test_a_clean_row_passes_without_reasons():
+    assert _one() == ("pass", [])
+
+
+def test_rows_without_a_partner_take_the_unmatched_level_and_say_why():
+    assert _one(match="npu_only") == ("warning", ["warning: no bench row matched"])
+    assert _one(match="npu_only", match_note="renamed") == ("warning", ["warning: renamed"])
+    assert _one(match="bench_only") == ("warning", ["warning: bench row without an NPU counterpart"])
+    assert _one(match="bench_only", th=Thresholds(unmatched_level="error"))[0] == "error"
+    assert _one(match="npu_only", th=Thresholds(unmatched_level="pass")) == ("pass", ["note: no bench row matched"])
+
+
+def test_kinds_that_differ_are_an_error_and_nothing_else_is_judged():
+    assert _one(npu_kind="tensor", bench_kind="value", comparable=False) == (
+        "error", ["error: kind differs: NPU tensor, bench value (not compared)"])
+
+
+def test_dtypes_not_comparable_are_an_error_and_comparable_ones_take_their_level():
+    assert _one(bench_dtype="torch.int64", comparable=False) == (
+        "error", ["error: dtype differs: torch.float32 vs torch.int64 (not compared, bench shown as N/A)"])
+    soft = ["warning: dtype differs: torch.float32 vs torch.float16 (compared anyway)"]
+    assert _one(bench_dtype="torch.float16") == ("warning", soft)
+    assert _one(bench_dtype="torch.float16", th=Thresholds.msprobe())[0] == "error"
+
+
+def test_shapes_that_differ_are_an_error_naming_both():
+    assert _one(bench_shape=(2, 2)) == ("error", ["error: shape differs: [4] vs [2, 2]"])
+    assert _one(npu_shape=(2, 2), bench_shape=(2, 2)) == ("pass", [])
+    assert _one(npu_shape=(), bench_shape=(1,)) == ("error", ["error: shape differs: [] vs [1]"])
+
+
+def test_requires_grad_differs_only_when_both_sides_say_it():
+    assert _one(npu_requires_grad=True, bench_requires_grad=False) == (
+        "error", ["error: requires_grad differs: NPU True, bench False"])
+    assert _one(npu_requires_grad=True, bench_requires_grad=None) == ("pass", [])
+    assert _one(npu_requires_grad=None, bench_requires_grad=False) == ("pass", [])
+    assert _one(npu_requires_grad=True, bench_requires_grad=1) == ("pass", [])
+    assert _one(npu_requires_grad=True, bench_requires_grad=False,
+                th=Thresholds(requires_grad_level="warning"))[0] == "warning"
+
+
+def test_nan_or_inf_on_one_side_npu_is_an_error_bench_a_warning():
+    res, why = _one(npu_max=math.nan)
+    assert res == "error" and why == ["error: NaN/inf in the NPU tensor (max nan, min -1), not in the bench one"]
+    res, why = _one(bench_min=-math.inf)
+    assert res == "warning" and why == ["warning: NaN/inf in the bench tensor (max 1, min -inf), not in the NPU one"]
+    assert _one(npu_max=math.inf, bench_max=math.inf) == ("pass", [])  # on both sides
+    nan = math.nan
+    assert _one(npu_max=nan, npu_min=nan, bench_max=nan, bench_min=nan) == ("pass", [])  # not recorded
+
+
+def test_recorded_nan_and_inf_counts_that_differ_are_an_error():
+    counts = dict(npu_nan_count=0.0, bench_nan_count=0.0, npu_inf_count=0.0, bench_inf_count=0.0)
+    assert _one(**counts) == ("pass", [])
+    res, why = _one(**{**counts, "npu_nan_count": 2.0, "npu_max": math.nan, "bench_max": math.nan})
+    assert res == "error" and why == ["error: NaN/inf counts differ: NPU 2 NaN 0 inf, bench 0 NaN 0 inf"]
+    assert _one(**{**counts, "bench_inf_count": 1.0, "npu_max": math.inf, "bench_max": math.inf})[0] == "error"
+    assert _one(**{**counts, "npu_nan_count": math.nan, "bench_nan_count": 3.0}) == ("pass", [])  # unknown
+    assert _one(**{**counts, "npu_inf_count": 1.0, "bench_inf_count": math.nan}) == ("pass", [])
+    # already judged as NaN/inf on one side: not said twice
+    res, why = _one(**{**counts, "npu_nan_count": 1.0, "npu_max": math.nan})
+    assert len(why) == 1 and "NPU tensor" in why[0]
+
+
+def test_nan_inf_positions_that_differ_are_an_error():
+    assert _one(mode="tensor", nan_inf_match=False) == (
+        "error", ["error: NaN/inf positions (or signs) differ between NPU and bench"])
+    assert _one(mode="tensor", nan_inf_match=True) == ("pass", [])
+    assert _one(mode="tensor", nan_inf_match=None) == ("pass", [])
+
+
+def test_values_that_differ_are_an_error():
+    kw = dict(kind="value", npu_kind="value", bench_kind="value")
+    assert _one(npu_value="3", bench_value="4", **kw) == ("error", ["error: value differs: 3 vs 4"])
+    assert _one(npu_value="3", bench_value="3", **kw) == ("pass", [])
+    assert _one(npu_value="3", bench_value="4", **{**kw, "comparable": False})[0] == "error"  # by the dtype rule
+
+
+def test_md5_hashes():
+    assert _one(mode="md5", npu_hash="ab", bench_hash="cd") == ("error", ["error: content hash differs: ab vs cd"])
+    assert _one(mode="md5", npu_hash="ab", bench_hash="ab") == ("pass", [])
+    assert _one(mode="md5", npu_hash="ab", bench_hash="") == (
+        "warning", ["warning: content hash recorded on one side only"])
+    assert _one(mode="md5", npu_hash="", bench_hash="") == ("pass", [])
+    assert _one(mode="statistics", npu_hash="ab", bench_hash="cd") == ("pass", [])  # hashes judged in md5 only
+
+
+def test_skipped_ops_and_uninitialised_memory_are_not_graded():
+    assert _one(op="empty", npu_max=math.nan) == ("pass", [])
+    assert _one(uninitialised=True, npu_max=math.nan) == ("pass", [])
+    assert _one(op="empty", match="npu_only")[0] == "warning"  # unmatched is still said
+
+
+def test_near_zero_notes_explain_a_large_relative_error_only():
+    kw = dict(near_zero="mean", mean_rel=0.5, mean_diff=-2e-3, bench_mean=1e-3, bench_max=2.0, bench_min=-4.0)
+    res, why = _one(**kw)
+    assert res == "pass" and why == ["note: MeanRelativeErr 50% is not meaningful: bench mean 0.001 is ~0 next to "
+                                     "the tensor's largest magnitude 4; |mean diff| = 0.002"]
+    assert _one(**{**kw, "mean_rel": 0.01}) == ("pass", [])  # not above near_zero_note_min
+    assert _one(**{**kw, "near_zero": "max"}) == ("pass", [])  # another statistic near zero
+    assert "inf is not meaningful" in _one(**{**kw, "mean_rel": math.inf})[1][0]
+    assert _one(**{**kw, "bench_shape": (2,)})[1] == ["error: shape differs: [4] vs [2]"]
+
+
+def test_near_zero_labels_read_back_as_bits():
+    t = pd.DataFrame({"near_zero": ["", "max", "min,norm", "max,min,mean,norm", "mean"]})
+    assert list(near_zero_bits(t)) == [0, 1, 10, 15, 4]
+    assert list(near_zero_bits(pd.DataFrame({"x": [1, 2]}))) == [0, 0]
+
+
+def test_tensor_status_nodata_and_file_and_messages():
+    assert _one(mode="tensor", tensor_status="nodata", tensor_messages=["no file"]) == (
+        "warning", ["warning: not compared: no file"])
+    assert _one(mode="tensor", tensor_status="nodata", tensor_messages=None) == (
+        "warning", ["warning: not compared: no tensor data"])
+    assert _one(mode="tensor", tensor_status="file", tensor_messages=["shape [2]", "max 3"]) == (
+        "error", ["error: tensor file contradicts the dump (shape [2]; max 3)"])
+    assert _one(mode="tensor", tensor_status="", tensor_messages=["a", "b"]) == ("pass", ["note: a", "note: b"])
+
+
+def test_a_row_keeps_its_worst_level_whatever_the_order_of_its_reasons():
+    res, why = _one(bench_dtype="torch.float16", bench_shape=(2,))  # warning (dtype) then error (shape)
+    assert res == "error" and [w.split(":")[0] for w in why] == ["warning", "error"]
+
+
+# ------------------------------------------------------------------------------------------ call rules
+def _stats_call(in_rel: float, out_rel: float, th: Thresholds = TH, **out) -> tuple[str, list[str]]:
+    res, why = _grade([_row(io="input", norm_rel=in_rel), _row(io="output", norm_rel=out_rel, **out)], th=th)
+    assert res[0] == "pass"
+    return res[1], why[1]
+
+
+def test_an_output_far_off_while_the_inputs_agree_is_an_error_at_strict_thresholds():
+    res, why = _stats_call(0.01, 0.6)
+    assert res == "error" and why[0] == ("error: NormRelativeErr of this output 60% > 50% while the inputs agree "
+                                         "(largest input NormRelativeErr 1%)")
+    assert _stats_call(0.01, 0.5)[0] != "error"  # exactly the threshold: not above it
+    assert _stats_call(0.1, 0.6) == ("pass", [])  # inputs exactly at "agree": they do not (and 6x is no growth)
+    assert _stats_call(0.099, 0.6)[0] == "error"
+
+
+def test_an_output_that_grows_the_inputs_error_tenfold_warns():
+    res, why = _stats_call(0.02, 0.25)
+    assert res == "warning" and why == ["warning: NormRelativeErr of this output (25%) is 12.5x the largest "
+                                        "input's (2%)"]
+    assert _stats_call(0.02, 0.2) == ("pass", [])  # exactly 10x: not above it
+    assert _stats_call(0.02, 0.2, th=Thresholds(norm_rel_growth_warning=9.99))[0] == "warning"
+
+
+def test_an_output_off_while_the_inputs_are_identical_warns():
+    res, why = _stats_call(0.0, 0.2)
+    assert res == "warning" and why == ["warning: NormRelativeErr of this output (20%) is above 10% while the "
+                                        "inputs are identical"]
+    assert _stats_call(0.0, 0.1) == ("pass", [])  # exactly the threshold
+
+
+def test_call_rules_need_inputs_and_look_at_the_worst_output_only():
+    res, why = _grade([_row(io="output", norm_rel=0.9)])
+    assert res == ["pass"]  # no inputs: nothing to compare the output with
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.3),
+            _row(io="output", arg="1", norm_rel=0.2)]
+    res, why = _grade(rows)
+    assert res == ["pass", "warning", "pass"]  # the warning marks the output that is worst
+
+
+def test_inputs_of_collectives_that_carry_other_data_are_not_the_reference():
+    rows = [_row(io="input", op="all_gather_into_tensor", norm_rel=0.0),
+            _row(io="output", op="all_gather_into_tensor", norm_rel=0.9)]
+    assert _grade(rows)[0] == ["pass", "pass"]
+
+
+def test_an_all_zero_bench_norm_is_judged_against_the_npu_norm():
+    rows = [_row(io="input", norm_rel=0.0),
+            _row(io="output", norm_rel=math.inf, near_zero="norm", norm_diff=0.05, npu_norm=1.0)]
+    res, why = _grade(rows)
+    assert res[1] == "pass"  # 5 % of the NPU norm: neither inf nor above the warning
+    rows[1].update(norm_diff=0.2)
+    assert _grade(rows)[0][1] == "warning"
+
+
+def _tensor_call(in_ratio: float, out_ratio: float, in_cos: float = 1.0, out_cos: float = 1.0,
+                 th: Thresholds = TH) -> tuple[str, list[str]]:
+    res, why = _grade([_row(io="input", one_thousandth=in_ratio, cosine=in_cos),
+                       _row(io="output", one_thousandth=out_ratio, cosine=out_cos)], mode="tensor", th=th)
+    assert res[0] == "pass"
+    return res[1], why[1]
+
+
+def test_the_tensor_rules_at_their_thresholds():
+    res, why = _tensor_call(0.95, 0.05)
+    assert res == "error" and why == ["error: One Thousandth Err Ratio of this output 0.05 < 0.1 while the inputs "
+                                      "agree (smallest input ratio 0.95)"]
+    assert _tensor_call(0.95, 0.1)[0] == "pass"
+    assert _tensor_call(0.9, 0.05)[0] == "pass"  # inputs exactly at "agree": they do not
+    res, why = _tensor_call(1.0, 1.0, in_cos=0.99, out_cos=0.8)
+    assert res == "warning" and why == ["warning: Cosine drops from 0.99 (inputs) to 0.8 (this output)"]
+    assert _tensor_call(1.0, 1.0, in_cos=0.9, out_cos=0.5)[0] == "pass"  # inputs not above cosine_input_ok
+    assert _tensor_call(1.0, 1.0, in_cos=0.95, out_cos=0.9)[0] == "pass"  # a drop of 0.05
+    assert _tensor_call(1.0, 1.0, in_cos=0.99, out_cos=0.8, th=Thresholds(cosine_drop_warning=0.2))[0] == "pass"
+
+
+def test_the_cosine_warning_marks_the_output_with_the_lowest_cosine():
+    rows = [_row(io="input", cosine=1.0, one_thousandth=1.0), _row(io="output", arg="0", cosine=0.85),
+            _row(io="output", arg="1", cosine=0.6), _row(io="output", arg="2", cosine=0.7)]
+    assert _grade(rows, mode="tensor")[0] == ["pass", "pass", "warning", "pass"]
+
+
+def test_call_rules_group_rows_by_call_and_pair():
+    rows = [_row(io="input", norm_rel=0.0, call="Torch.a.0.forward"), _row(io="output", norm_rel=0.9,
+            call="Torch.b.0.forward"), _row(io="input", norm_rel=0.0, pair=1), _row(io="output", norm_rel=0.9, pair=2)]
+    assert _grade(rows)[0] == ["pass"] * 4  # no output shares its call (and pair) with an input
+
+
+# ------------------------------------------------------------------------------------------ the summary
+def test_the_call_summary_keeps_the_worst_row_and_every_reason_once():
+    rows = [_row(io="input", arg="0", call_index=0), _row(io="output", arg="0", call_index=0),
+            _row(io="output", arg="1", call_index=0), _row(call="Torch.g.0.forward", call_index=1, io="output")]
+    t = pd.DataFrame(rows)
+    t["result"] = ["pass", "warning", "error", "pass"]
+    t["reasons"] = [[], ["warning: a", "warning: a"], ["error: b"], []]
+    t["err"] = [0.0, 0.5, 0.2, np.nan]
+    t.loc[2, "match"] = "npu_only"
+    s = summarize_calls(t)
+    assert list(s["call"]) == [CALL, "Torch.g.0.forward"]
+    first = s.iloc[0]
+    assert first["result"] == "error" and first["worst_row"] == f"{CALL}.output.1"  # level first, then error
+    assert first["reasons"] == ["output.0: warning: a", "output.1: error: b"]
+    assert first["rows"] == 3 and first["unmatched"] == 1
+    assert first["err"] == 0.5 and first["input_err"] == 0.0 and first["output_err"] == 0.5
+    second = s.iloc[1]
+    assert second["result"] == "pass" and second["reasons"] == [] and math.isnan(second["err"])
+    assert math.isnan(second["input_err"])
+
+
+def test_the_summary_is_in_execution_order_and_ties_go_to_the_first_row():
+    rows = [_row(call="Torch.b.0.forward", call_index=1), _row(call=CALL, call_index=0, arg="0"),
+            _row(call=CALL, call_index=0, arg="1")]
+    t = pd.DataFrame(rows).assign(result="warning", reasons=[[], [], []], err=0.1)
+    s = summarize_calls(t)
+    assert list(s["call"]) == ["Torch.b.0.forward", CALL]  # the table's order
+    assert s.iloc[1]["worst_row"] == f"{CALL}.output.0"
+    assert summarize_calls(t.iloc[:0]).empty
+
+
+def test_a_reason_tag_is_the_rows_own_part_of_its_name():
+    t = pd.DataFrame([_row(name="other", call=CALL)]).assign(result="warning", reasons=[["warning: x"]], err=0.0)
+    assert summarize_calls(t).iloc[0]["reasons"] == ["other: warning: x"]
+
+
+# ------------------------------------------------------------------------------------------ thresholds
+@pytest.mark.parametrize("kw,match", [
+    (dict(norm_rel_output_error="0.5"), "norm_rel_output_error must be a number"),
+    (dict(cosine_input_ok=math.nan), "cosine_input_ok must be a number"),
+    (dict(diverge_rtol=True), "diverge_rtol must be a number"),
+    (dict(diverge_rtol_by_dtype=(("torch.float16", "x"),)), "must map dtype names to numbers"),
+    (dict(diverge_rtol_by_dtype=(("torch.float16", True),)), "must map dtype names to numbers"),
+    (dict(diverge_rtol_by_dtype=(("torch.float16", 1.0, 2.0),)), "must map dtype names to numbers"),
+    (dict(diverge_rtol_by_dtype=((1, 1.0),)), "must map dtype names to numbers"),
+    (dict(diverge_rtol_by_dtype="torch.float16"), "must map dtype names to numbers"),
+    (dict(buffer_args=(("a", "input"),)), "must be a tuple of \\(op, io, arg\\) names"),
+    (dict(buffer_args=(("a", "input", 0),)), "must be a tuple of \\(op, io, arg\\) names"),
+    (dict(buffer_args="a"), "must be a tuple of \\(op, io, arg\\) names"),
+    (dict(skip_ops=("empty", 3)), "skip_ops must be a tuple of op names"),
+    (dict(view_ops="view"), "view_ops must be a tuple of op names"),
+    (dict(unmatched_level="fatal"), "unmatched_level must be one of"),
+])
+def test_bad_thresholds_are_refused_naming_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Thresholds(**kw)
+
+
+def test_good_thresholds_are_normalised():
+    th = Thresholds(diverge_rtol_by_dtype={"torch.float16": 1}, buffer_args=[["a", "input", "0"]],
+                    skip_ops=["empty"], norm_rel_output_error=1)
+    assert th.diverge_rtol_by_dtype == (("torch.float16", 1.0),)
+    assert th.buffer_args == (("a", "input", "0"),)
+    assert Thresholds(diverge_rtol_by_dtype=[("torch.float16", 3e-3)]).diverge_rtol_by_dtype == (
+        ("torch.float16", 3e-3),)
+    assert Thresholds.msprobe().dtype_mismatch_level == "error"
+    assert Thresholds.msprobe(unmatched_level="error").unmatched_level == "error"
+    assert "diverge_rtol" in Thresholds.fields() and len(Thresholds.fields()) == len(set(Thresholds.fields()))
+
+
+def test_a_rows_tolerance_is_the_larger_of_its_two_dtypes():
+    got = TH.rtol_of(["torch.float32", "torch.bfloat16", "torch.float16", "torch.float16", None],
+                     ["torch.float32", "torch.float32", "torch.bfloat16", "torch.float16", "torch.float16"])
+    assert list(got) == [1e-3, 1e-2, 1e-2, 2e-3, 2e-3]
