@@ -29,7 +29,7 @@ MODULES: dict[str, list[str]] = {
     "analysis/overflow.py": ["test_overflow.py"],
     "analysis/metrics.py": ["test_metrics_rules.py", "test_metrics.py"],
     "analysis/divergence.py": ["test_divergence.py"],
-    "analysis/grading.py": ["test_compare_msprobe.py", "test_divergence.py"],
+    "analysis/grading.py": ["test_grading_rules.py", "test_compare_msprobe.py", "test_divergence.py"],
     "analysis/matching.py": ["test_compare_msprobe.py"],
     "analysis/provenance.py": ["test_root_cause.py"],
     "store/hdf5_index.py": ["test_writer_safety.py", "test_store_hdf5.py"],
@@ -130,8 +130,9 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
         t0 = time.time()
         srv = None
         if sock is not None:  # tools/mutation_server.py: imports once, forks a child per mutant
-            srv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "mutation_server.py"), "serve", str(sock)],
-                                   cwd=work, env=env)
+            dotted = "msprobe_nb." + module.removesuffix(".py").replace("/", ".")
+            srv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "mutation_server.py"), "serve", str(sock),
+                                    "--mutated", dotted, "--tests-dir", str(ROOT / "tests")], cwd=work, env=env)
             while not sock.exists():
                 if srv.poll() is not None:
                     raise SystemExit(f"tools/mutation_server.py exited with {srv.returncode}")

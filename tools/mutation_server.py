@@ -23,6 +23,8 @@ import sys
 import tempfile
 
 PRELOAD = ["numpy", "pandas", "pytest", "h5py", "torch"]
+#: the package's parts whose modules may be preloaded (those that do not import the mutated module)
+PACKAGE_PRELOAD = ["msprobe_nb", "msprobe_nb.config", "msprobe_nb.store.*", "msprobe_nb.analysis.*"]
 
 
 def _child(args: list[str], cwd: str, out_fd: int) -> None:
@@ -69,7 +71,47 @@ def _wait(pid: int, timeout: float) -> int | None:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def serve(path: str, preload: list[str]) -> None:
+def _imports_cleanly(name: str, mutated: str) -> bool:
+    """Whether importing ``name`` works and leaves ``mutated`` unimported, tried in a throwaway child."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            importlib.import_module(name)
+            ok = mutated not in sys.modules
+        except BaseException:  # noqa: B036 - any failure: not preloaded
+            pass
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    ok = os.read(r, 1) == b"1"
+    os.close(r)
+    os.waitpid(pid, 0)
+    return ok
+
+
+def _preload_package(mutated: str, tests_dir: str) -> None:
+    """Import the package's modules that do not import the mutated one when imported (``PACKAGE_PRELOAD``),
+    and the tests' helpers: a module importing the mutated one would hold its unmutated names, so it is
+    left to each child. A module that imports the mutated one only inside a function gets the mutant."""
+    names = []
+    for sub in PACKAGE_PRELOAD:
+        if sub.endswith(".*"):  # a subpackage and all its modules
+            sub = sub[:-2]
+            base = os.path.join(os.getcwd(), *sub.split("."))
+            names += [sub] + [f"{sub}.{f[:-3]}" for f in sorted(os.listdir(base))
+                              if f.endswith(".py") and f != "__init__.py"]
+        else:
+            names.append(sub)
+    sys.path.insert(0, tests_dir)
+    for name in [*names, "helpers"]:
+        if name != mutated and _imports_cleanly(name, mutated):
+            importlib.import_module(name)
+    sys.path.remove(tests_dir)
+
+
+def serve(path: str, preload: list[str], mutated: str | None = None, tests_dir: str | None = None) -> None:
     sys.dont_write_bytecode = True
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no entry-point scan per run; the tests use no plugin
     for name in preload:
@@ -77,7 +119,9 @@ def serve(path: str, preload: list[str]) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
-    assert not any(m == "msprobe_nb" or m.startswith("msprobe_nb.") for m in sys.modules), "msprobe_nb preloaded"
+    if mutated:
+        _preload_package(mutated, tests_dir or os.getcwd())
+    assert mutated is None or mutated not in sys.modules, f"{mutated} preloaded"
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path + ".tmp")
     os.rename(path + ".tmp", path)  # the socket appears only once the server is ready
@@ -128,13 +172,15 @@ def main() -> None:
     s = sub.add_parser("serve")
     s.add_argument("socket")
     s.add_argument("--preload", nargs="*", default=PRELOAD)
+    s.add_argument("--mutated", help="the mutated module (msprobe_nb.analysis.x): the package is preloaded without it")
+    s.add_argument("--tests-dir", help="where the tests' helpers.py is")
     r = sub.add_parser("run")
     r.add_argument("socket")
     r.add_argument("timeout", type=float)
     r.add_argument("pytest_args", nargs=argparse.REMAINDER)
     a = p.parse_args()
     if a.cmd == "serve":
-        serve(a.socket, a.preload)
+        serve(a.socket, a.preload, a.mutated, a.tests_dir)
     else:
         sys.exit(run(a.socket, a.timeout, a.pytest_args))
 
