@@ -37,6 +37,7 @@ MODULES: dict[str, list[str]] = {
     "store/msprobe_reader.py": ["test_msprobe_format.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
     "analysis/monitor_compare.py": ["test_monitor_compare_rules.py"],
+    "seeding.py": ["test_seeding.py"],
 }
 
 #: the output given to mutants inside annotations, never evaluated under ``from __future__ import annotations``
