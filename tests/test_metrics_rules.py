@@ -117,3 +117,41 @@ def test_a_norm_of_exactly_eps_counts_as_all_zeros():
 def test_a_one_element_file_is_checked_too():
     assert M.file_contradiction(np.array([2.0]), (1,), 2.0, 2.0) is None
     assert M.file_contradiction(np.array([2.0]), (1,), 3.0, 2.0) == "the tensor file's max is 2, the dump records 3"
+
+
+def test_an_all_zero_bench_tensor_gives_an_error_of_one_whatever_the_npu_size():
+    zero = {s: np.array([0.0]) for s in M.STATS}
+    for k in (1e-3, 1.0, 1e3):
+        npu = {"max": np.array([2.0 * k]), "min": np.array([0.0]), "mean": np.array([k]), "norm": np.array([3.0 * k])}
+        assert M.stats_metrics(npu, zero)["err"][0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("n,b", [([math.inf, 1.0], [1.0, 1.0]), ([1.0, 1.0], [math.inf, 1.0]),
+                                 ([math.nan, 1.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, math.nan])])
+def test_nan_or_inf_on_one_side_only_is_never_compared(n, b):
+    got = M.tensor_metrics(np.array(n), np.array(b))
+    assert got["status"] == M.ST_NANINF and got["nan_inf_match"] is False and math.isnan(got["cosine"])
+
+
+def test_the_relative_l2_error_of_a_small_bench_tensor_is_finite():
+    got = M.tensor_metrics(np.array([0.3, 0.4001]), np.array([0.3, 0.4]))
+    assert got["rel_l2_err"] == pytest.approx(1e-4 / 0.5, rel=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_an_overflowing_cosine_is_explained_and_a_finite_one_is_not():
+    assert M.tensor_metrics(np.array([1.0, 2.0]), np.array([1.0, 2.5]))["messages"] == []
+    big = M.tensor_metrics(np.array([1e200, 1e200]), np.array([1e200, 1e200]))
+    assert math.isnan(big["cosine"]) and big["messages"] == ["Cosine undefined: overflow in the dot product"]
+
+
+def test_inf_against_an_all_zero_bench_tensor_is_a_full_disagreement_and_the_first_divergence():
+    inf = math.inf
+    npu = {"max": np.array([inf]), "min": np.array([0.0]), "mean": np.array([inf]), "norm": np.array([inf])}
+    assert M.stats_metrics(npu, {s: np.array([0.0]) for s in M.STATS})["err"][0] == inf
+    from helpers import f, table
+
+    from msprobe_nb import compare
+    d = compare(table({0: [f(0, 1.0), f(1, 0.0, inf), f(2, inf)]}),
+                table({0: [f(0, 1.0), f(1, 0.0, 0.0), f(2, 0.0)]})).first_divergence()
+    assert d is not None and d.call == "Functional.f.1.forward"

@@ -147,3 +147,9 @@ def test_local_calls_between_many_collectives_sit_one_past_the_collective_before
 def test_one_rank_with_collectives_is_ordered_by_its_own_calls():
     o = sync_order(_ranks({3: [(f(0, 1)[0], None), (AR.format(0), None), (f(1, 1)[0], None)]}))
     assert list(o["call"]) == [f(0, 1)[0], AR.format(0), f(1, 1)[0]] and _clocks(o) == {3: [1, 1, 2]}
+
+
+def test_groups_whose_collectives_sort_before_rank_0s_still_get_their_own_clocks():
+    # ranks 2 and 3 make two collectives in their group, ranks 0 and 1 one in theirs (named to sort after)
+    o = sync_order(_named({0: "B", 1: "B", 2: "AC", 3: "AC"}))
+    assert _clocks(o) == {0: [1], 1: [1], 2: [1, 2], 3: [1, 2]}

@@ -61,6 +61,16 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 118, "core/NumberReplacer"):
         "last + 0: a forced clock <= last + 1 is never above what the later participants get (+ 2 is killed)",
+    ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_IsNot"):
+        "rank 0's own order is its first: never 'is not', so the general walk always runs, with the same clocks",
+    ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_Lt"):
+        "rank 0's own order is not < itself, so the general walk always runs, with the same clocks",
+    ("analysis/rank_order.py", 114, "core/ReplaceBinaryOperator_Sub_BitXor"):
+        "only whether anything remains is read: len ^ pos is 0 exactly when len - pos is",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_Mul"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_FloorDiv"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
@@ -70,9 +80,19 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "size == -1: an empty array has no finite element either, the next guard returns None (== 1 is killed)",
     ("analysis/metrics.py", 88, "core/ReplaceBinaryOperator_Div_FloorDiv"):
         "bench all zeros: |norm diff| = the NPU norm >= its largest magnitude, so the ratio is exactly 1 (or NaN)",
-    ("analysis/metrics.py", 127, "core/ReplaceComparisonOperator_Eq_LtE"): "only bool casts safely to bool",
-    ("analysis/metrics.py", 178, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
-    ("analysis/metrics.py", 199, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
+    ("analysis/metrics.py", 129, "core/ReplaceComparisonOperator_Eq_LtE"): "only bool casts safely to bool",
+    ("analysis/metrics.py", 180, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"):
+        "bool // bool is their logical and (as int8 0/1), and the masks built from it keep their truth",
+    ("analysis/metrics.py", 81, "core/ReplaceBinaryOperator_BitOr_BitXor"):
+        "both true: bench 0 and an infinite diff, where |diff| / |b| is inf anyway",
+    ("analysis/metrics.py", 99, "core/ReplaceBinaryOperator_BitAnd_Add"):
+        "e is NaN only where one side is NaN, which is then not equal: the or and the and agree",
+    ("analysis/metrics.py", 100, "core/NumberReplacer"): "err starts at 0: fmax with a NaN replaced by -1 keeps it",
+    ("analysis/metrics.py", 201, "core/ReplaceUnaryOperator_USub_Invert"):
+        "reshape(~1) is reshape(-2): numpy takes a negative size as the unknown one",
+    ("analysis/metrics.py", 234, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
 

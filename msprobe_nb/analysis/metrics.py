@@ -91,6 +91,8 @@ def stats_metrics(npu: dict[str, np.ndarray], bench: dict[str, np.ndarray], *, s
                 zero = (np.abs(b) <= floor) & (ad > 0) & np.isfinite(b)
                 e = np.where(zero, ad / np.where(floor > 0, floor, np.fmax(nscale, np.abs(n))), rel)
             near |= np.where(zero, np.int8(1 << bit), np.int8(0))
+            # inf against a finite value is a full disagreement (inf / inf above, against an all-zero bench, is NaN)
+            e = np.where(np.isnan(e) & ~equal & (np.isinf(n) != np.isinf(b)), np.inf, e)
             if s in ("max", "min"):
                 # max/min are always recorded for a tensor: NaN there means the tensor holds NaN, so NaN on
                 # one side only is a full disagreement (mean/norm may simply not have been recorded)
