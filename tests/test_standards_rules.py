@@ -39,6 +39,11 @@ def test_the_worst_verdict_wins_and_nothing_is_a_pass():
     assert g.verdict == "error"
 
 
+def test_an_unknown_verdict_never_outranks_a_pass():
+    assert S.worst("bogus", "pass") == "pass" and S.worst("pass", "bogus") == "pass"
+    assert S.worst("bogus", "warning") == "warning"
+
+
 def test_an_unknown_dtype_is_graded_as_float32():
     assert S.dtype_info("torch.int64") is S.DTYPES["torch.float32"]
     assert S.dtype_info("torch.float16") is S.DTYPES["torch.float16"]
@@ -67,8 +72,16 @@ def test_nan_and_inf_must_sit_where_the_bench_has_them(rule):
     d[[0, 4]] = [np.nan, np.inf]
     assert rule(d, b, "torch.float32").metrics["special_mismatch"] == 2
     d = b.copy()
-    d[1] = np.inf  # an inf where the bench has a NaN: one mismatch, not two
-    assert rule(d, b, "torch.float32").metrics["special_mismatch"] == 1
+    d[1] = np.inf  # an inf where the bench has a NaN: one mismatch, not two, and no number compared
+    g = rule(d, b, "torch.float32")
+    assert g.metrics["special_mismatch"] == 1
+    assert all(np.isfinite(v) for v in g.metrics.values()), g.metrics
+    # a bench without NaN or inf: the device's own are still mismatches
+    f = np.array([1.0, 2.0, 3.0])
+    assert rule(f.copy(), f, "torch.float32").metrics["special_mismatch"] == 0
+    for v in (np.nan, np.inf):
+        g = rule(np.array([1.0, v, 3.0]), f, "torch.float32")
+        assert g.verdict == "error" and g.metrics["special_mismatch"] == 1
     # the special positions are left out of the numbers: only they differ, so no numeric error
     for i, v in [(0, np.inf), (4, -np.inf), (0, np.nan)]:
         d = b.copy()
@@ -313,7 +326,9 @@ def test_benchmark_ratios_against_the_reference_kernel(k, want):
     assert g.metrics["max_abs_err"] == pytest.approx(np.abs(dev - b).max())
 
 
-@pytest.mark.parametrize(("level", "k", "want"), [("tight", 1.3, "warning"), ("tight", 2.2, "error"),
+@pytest.mark.parametrize(("level", "k", "want"), [("tight", 1.1, "pass"), ("tight", 1.3, "warning"),
+                                                   ("tight", 2.2, "error"), ("loose", 4.5, "warning"),
+                                                   ("loose", 5.5, "error"),
                                                    ("loose", 3.0, "warning"), ("loose", 1.9, "pass"),
                                                    ("loose", 6.0, "error"), ("unknown", 1.6, "warning"),
                                                    ("unknown", 2.5, "error")])
@@ -403,6 +418,33 @@ def test_benchmark_small_values_share_against_the_reference_and_its_noise():
                                                                                 / math.sqrt(n_small)))
 
 
+def test_benchmark_small_value_errors_at_the_limit_do_not_count():
+    info = S.DTYPES["torch.float32"]
+    b = np.concatenate([np.full(100, info.small / 4), np.ones(10)])
+    dev = b + np.concatenate([np.full(100, info.small_atol), np.zeros(10)])  # exactly small_atol
+    g = S.benchmark(dev, b, b.copy(), "torch.float32")
+    assert g.metrics["small_value_err_ratio"] == 0.0
+
+
+def test_benchmark_error_balance_counts_the_signs():
+    b = np.ones(8)
+    e = 2.0 ** -10
+    dev = b + e * np.array([1, 1, 1, -1, 0, 0, 0, 0])  # three errors up, one down, four exact
+    g = S.benchmark(dev, b, b.copy(), "torch.float32")
+    assert g.metrics["err_balance"] == 0.5
+    assert g.metrics["err_balance_ratio"] == pytest.approx(0.5 / (3 / math.sqrt(4)))
+
+
+def test_benchmark_small_value_noise_with_a_single_small_value():
+    """One small value, over the limit on the device only: its share 1 against a floor of three standard
+    deviations of a share of one sample (3)."""
+    info = S.DTYPES["torch.float32"]
+    b = np.array([info.small / 4, 1.0, 1.0])
+    dev = b + np.array([2 * info.small_atol, 0, 0])
+    g = S.benchmark(dev, b, b.copy(), "torch.float32")
+    assert g.metrics["small_value_err_ratio"] == 1.0 and g.metrics["small_value_err_ratio_ratio"] == 1 / 3
+
+
 def test_benchmark_without_small_values_has_no_small_value_share():
     b, ref = _bench_case(seed=5)
     g = S.benchmark(ref.copy(), b, ref, "torch.float32")
@@ -444,6 +486,18 @@ def test_dropout_zero_share_within_four_binomial_deviations():
         assert g.verdict == want, (dropped, g.reasons)
         if want == "error":
             assert f"p is {p:g}" in g.reasons[0] and f"for {n} elements" in g.reasons[0]
+
+
+def test_dropout_zero_share_exactly_at_its_band_passes():
+    n, p = 64, 0.5
+    tol = 4 * math.sqrt(p * (1 - p) / n) + 1 / n  # 0.265625, exact
+    x = np.ones(n)
+    out = np.full(n, 2.0)
+    out[:49] = 0.0  # 49 / 64 = p + tol
+    g = S.dropout(out, x, p, "torch.float32")
+    assert g.metrics["zero_ratio"] - p == tol and g.verdict == "pass"
+    out[49] = 0.0
+    assert S.dropout(out, x, p, "torch.float32").verdict == "error"
 
 
 def test_dropout_kept_elements_are_scaled_and_zero_inputs_do_not_count():
