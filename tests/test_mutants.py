@@ -39,6 +39,20 @@ MUTANTS = [
     ("cosine-drop-strict", "analysis/grading.py", "cin[c] - cos[i] > th.cosine_drop_warning",
      "cin[c] - cos[i] >= th.cosine_drop_warning",
      [f"{T}/test_compare_msprobe.py::test_the_tensor_call_rules_are_strict_at_their_thresholds"]),
+    ("forced-only-when-stuck", "analysis/rank_order.py", "if remaining and not progressed:",
+     "if remaining or not progressed:", [f"{T}/test_rank_order_rules.py::"
+                                         "test_a_collective_unblocked_late_in_a_pass_is_still_met_by_all_its_ranks_at_once"]),
+    ("forced-clock", "analysis/rank_order.py", "resolved[name] = last[r] + 1", "resolved[name] = last[r] + 2",
+     [f"{T}/test_rank_order_rules.py::test_a_rank_waiting_at_a_collective_another_went_past_alone_meets_it_there"]),
+    ("inf-against-zero-bench", "analysis/metrics.py", "(np.isinf(n) != np.isinf(b)), np.inf, e)",
+     "(np.isinf(n) & np.isinf(b)), np.inf, e)", [f"{T}/test_metrics_rules.py::"
+                                                 "test_inf_against_an_all_zero_bench_tensor_is_a_full_disagreement_and_the_first_divergence"]),
+    ("every-tensor-message", "analysis/grading.py", "r.add(np.full(len(tmsg[i]), i, dtype=np.int64), 0, list(tmsg[i]))",
+     "r.add(np.array([i]), 0, list(tmsg[i]))",
+     [f"{T}/test_grading_rules.py::test_tensor_status_nodata_and_file_and_messages"]),
+    ("inputs-agree-strict", "analysis/grading.py", "(row_in < th.norm_rel_input_ok)",
+     "(row_in <= th.norm_rel_input_ok)",
+     [f"{T}/test_grading_rules.py::test_an_output_far_off_while_the_inputs_agree_is_an_error_at_strict_thresholds"]),
 ]
 
 
