@@ -125,8 +125,11 @@ def test_a_group_row_without_group_ranks_leaves_the_group_unknown(value):
 
 def test_the_group_is_given_to_every_row_of_its_call_and_only_there():
     t = table({0: [f(0, 1), ar(0, 1, 1)], 1: [ar(0, 1, 1)]}, group=[0, 1])
+    # the other keyword rows of a collective (msprobe records op and async_op too) are not its group
+    kw = t[t["arg"] == "group"].assign(arg="op", name=lambda d: d["call"] + ".input.op", value="ReduceOp.SUM")
+    t = pd.concat([t, kw], ignore_index=True)
     g = group_of(t)
-    assert [x for x, c in zip(g, t["call"]) if c.startswith("Distributed.")] == ["0,1"] * 6
+    assert [x for x, c in zip(g, t["call"]) if c.startswith("Distributed.")] == ["0,1"] * 8
     assert [x for x, c in zip(g, t["call"]) if not c.startswith("Distributed.")] == ["", ""]
     assert list(group_of(t.drop(columns=["value"]))) == [""] * len(t)
 

@@ -71,6 +71,10 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_FloorDiv"):
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_Pow"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 132, "core/ReplaceTrueWithFalse"):
+        "the ranks are sorted where their order matters (_collective_clocks); the clocks are set per rank",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
@@ -137,10 +141,8 @@ def _config(module: str, tests: list[str], timeout: float, sock: Path | None) ->
             f'test-command = "{cmd}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
 
 
-def run_module(module: str, tests: list[str], timeout: float, server: bool = True) -> dict:
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
-
+def run_module(module: str, tests: list[str], timeout: float, server: bool = True,
+               keep_db: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         shutil.copytree(ROOT / "msprobe_nb", work / "msprobe_nb", ignore=shutil.ignore_patterns("__pycache__"))
@@ -172,28 +174,40 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
                 srv.kill()
                 srv.wait()
         took = time.time() - t0
-        out = dict(module=module, seconds=took, mutants=0, killed=0, survived=0, equivalent=0, timeout=0,
-                   incompetent=0, survivors=[])
-        with use_db(str(work / "s.sqlite"), WorkDB.Mode.open) as db:
-            for item, result in db.completed_work_items:
-                out["mutants"] += 1
-                m = item.mutations[0]
-                where = (module, int(m.start_pos[0]), m.operator_name)
-                if result.test_outcome == TestOutcome.KILLED and (result.output or "").strip() == "timeout":
-                    out["timeout"] += 1
-                elif result.test_outcome == TestOutcome.KILLED:
-                    out["killed"] += 1
-                elif result.worker_outcome == WorkerOutcome.SKIPPED and result.output == ANNOTATION:
-                    out["equivalent"] += 1
-                elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
-                    out["incompetent"] += 1
-                elif where in EQUIVALENT:
-                    out["equivalent"] += 1
-                else:
-                    out["survived"] += 1
-                    plus = [ln[1:].strip() for ln in (result.diff or "").splitlines()
-                            if ln.startswith("+") and not ln.startswith("+++")]
-                    out["survivors"].append(f"line {where[1]}: {m.operator_name} {m.occurrence}: `{' / '.join(plus)}`")
+        if keep_db is not None:  # to report again later (--from-db), e.g. with more EQUIVALENT entries
+            keep_db.mkdir(parents=True, exist_ok=True)
+            shutil.copy(work / "s.sqlite", keep_db / f"{module.replace('/', '_')}.sqlite")
+            (keep_db / f"{module.replace('/', '_')}.seconds").write_text(f"{took:.0f}\n")
+        return tally(module, work / "s.sqlite", took)
+
+
+def tally(module: str, db_path: Path, took: float) -> dict:
+    """The counts of one module's finished session, survivors listed (EQUIVALENT read now)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    out = dict(module=module, seconds=took, mutants=0, killed=0, survived=0, equivalent=0, timeout=0,
+               incompetent=0, survivors=[])
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            out["mutants"] += 1
+            m = item.mutations[0]
+            where = (module, int(m.start_pos[0]), m.operator_name)
+            if result.test_outcome == TestOutcome.KILLED and (result.output or "").strip() == "timeout":
+                out["timeout"] += 1
+            elif result.test_outcome == TestOutcome.KILLED:
+                out["killed"] += 1
+            elif result.worker_outcome == WorkerOutcome.SKIPPED and result.output == ANNOTATION:
+                out["equivalent"] += 1
+            elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
+                out["incompetent"] += 1
+            elif where in EQUIVALENT:
+                out["equivalent"] += 1
+            else:
+                out["survived"] += 1
+                plus = [ln[1:].strip() for ln in (result.diff or "").splitlines()
+                        if ln.startswith("+") and not ln.startswith("+++")]
+                out["survivors"].append(f"line {where[1]}: {m.operator_name} {m.occurrence}: `{' / '.join(plus)}`")
     return out
 
 
@@ -217,12 +231,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation.md")
     p.add_argument("--no-server", action="store_true", help="a fresh pytest per mutant, not the fork server")
+    p.add_argument("--keep-db", type=Path, help="keep each module's cosmic-ray session here")
+    p.add_argument("--from-db", type=Path, help="no run: report the sessions kept here by --keep-db")
     a = p.parse_args(argv)
     rows = []
     for m in a.modules:
         if m not in MODULES:
             raise SystemExit(f"{m!r} is not a mapped module: {sorted(MODULES)}")
-        rows.append(run_module(m, MODULES[m], a.timeout, server=not a.no_server))
+        if a.from_db is not None:
+            tag = m.replace("/", "_")
+            rows.append(tally(m, a.from_db / f"{tag}.sqlite", float((a.from_db / f"{tag}.seconds").read_text())))
+        else:
+            rows.append(run_module(m, MODULES[m], a.timeout, server=not a.no_server, keep_db=a.keep_db))
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(report(rows))  # after each module: a long run stopped early keeps what it did
         print(report(rows[-1:]), flush=True)
