@@ -325,3 +325,42 @@ def test_a_rows_tolerance_is_the_larger_of_its_two_dtypes():
     got = TH.rtol_of(["torch.float32", "torch.bfloat16", "torch.float16", "torch.float16", None],
                      ["torch.float32", "torch.float32", "torch.bfloat16", "torch.float16", "torch.float16"])
     assert list(got) == [1e-3, 1e-2, 1e-2, 2e-3, 2e-3]
+
+
+# ------------------------------------------------------------------------------------------ inputs and state
+def test_a_dict_of_arrays_is_graded_as_the_same_table():
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.6, bench_dtype="torch.float16"),
+            _row(io="output", arg="1", match="npu_only", npu_max=math.nan)]
+    t = pd.DataFrame(rows)
+    res, why = grade({c: t[c].to_numpy() for c in t.columns}, "statistics", TH)
+    assert (list(res), why) == _grade(rows)
+    assert list(res) == ["pass", "error", "warning"]
+
+
+def test_a_shape_missing_on_one_side_differs():
+    assert _one(npu_shape=None, bench_shape=(4,)) == ("error", ["error: shape differs: [] vs [4]"])
+
+
+def test_ties_for_the_worst_output_mark_the_first_one():
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.3),
+            _row(io="output", arg="1", norm_rel=0.3)]
+    assert _grade(rows)[0] == ["pass", "warning", "pass"]
+
+
+def test_grading_leaves_the_garbage_collector_as_it_found_it():
+    import gc
+    t = pd.DataFrame([_row(match="npu_only")])
+    assert gc.isenabled()
+    grade(t, "statistics", TH)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        grade(t, "statistics", TH)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_worst_row_of_a_call_prefers_a_known_error_to_an_unknown_one():
+    t = pd.DataFrame([_row(arg="0"), _row(arg="1")]).assign(result="warning", reasons=[[], []], err=[math.nan, 0.0])
+    assert summarize_calls(t).iloc[0]["worst_row"] == f"{CALL}.output.1"
