@@ -155,3 +155,23 @@ def test_inf_against_an_all_zero_bench_tensor_is_a_full_disagreement_and_the_fir
     d = compare(table({0: [f(0, 1.0), f(1, 0.0, inf), f(2, inf)]}),
                 table({0: [f(0, 1.0), f(1, 0.0, 0.0), f(2, 0.0)]})).first_divergence()
     assert d is not None and d.call == "Functional.f.1.forward"
+
+
+def test_a_norm_that_differs_on_a_nonzero_bench_is_its_relative_error_not_near_zero():
+    npu = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([0.1]), "norm": np.array([4.0])}
+    bench = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([0.1]), "norm": np.array([5.0])}
+    out = M.stats_metrics(npu, bench)
+    assert out["err"][0] == pytest.approx(0.2) and list(M.near_zero_labels(out["near_zero"])) == [""]
+
+
+def test_only_exact_bench_zeros_are_shifted_by_eps_in_the_relative_error():
+    b = np.array([-1e-7, 4.0], np.float32)
+    got = M.tensor_metrics(np.array([-2e-7, 4.0], np.float32), b)
+    assert got["max_rel_err"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_the_near_zero_flag_scales_with_the_bench_tensors_largest_magnitude():
+    got = M.tensor_metrics(np.array([1.5e-3, 4.0]), np.array([1e-3, 4.0]))  # 1e-3 <= 1 % of 4
+    assert got["max_rel_err"] == pytest.approx(0.5) and got["rel_near_zero"] is True
+    got = M.tensor_metrics(np.array([0.15, 4.0]), np.array([0.1, 4.0]))  # 0.1 > 1 % of 4
+    assert got["rel_near_zero"] is False

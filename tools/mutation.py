@@ -75,6 +75,13 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 132, "core/ReplaceTrueWithFalse"):
         "the ranks are sorted where their order matters (_collective_clocks); the clocks are set per rank",
+    ("analysis/rank_order.py", 35, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/rank_order.py", 81, "core/NumberReplacer"):
+        "ranks[-1]: any rank's order is a reference for 'all the same'; else the general walk runs",
+    ("analysis/rank_order.py", 106, "core/ReplaceComparisonOperator_Lt_LtE"):
+        "a member past its last collective has met this one, which is then resolved (the branch before)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_RShift"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
@@ -96,6 +103,14 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 201, "core/ReplaceUnaryOperator_USub_Invert"):
         "reshape(~1) is reshape(-2): numpy takes a negative size as the unknown one",
     ("analysis/metrics.py", 234, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 41, "core/ReplaceComparisonOperator_Eq_Lt"):
+        "size < 0 never: an empty array has no finite element either, the next guard returns None",
+    ("analysis/metrics.py", 95, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 99, "core/ReplaceComparisonOperator_NotEq_IsNot"):
+        "e is NaN only where one side is NaN (then not equal): 'always one-sided' changes nothing",
+    ("analysis/metrics.py", 191, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
+    ("analysis/metrics.py", 199, "core/ReplaceComparisonOperator_Eq_LtE"): "a norm is never negative",
+    ("analysis/metrics.py", 234, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
