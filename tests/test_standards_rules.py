@@ -190,6 +190,15 @@ def test_an_ulp_below_the_smallest_normal_is_the_smallest_normals(dtype):
     assert over.verdict == "error" and over.metrics["max_ulp_err"] == info.ulp_limit + 1
 
 
+def test_a_fraction_of_an_ulp_past_the_limit_is_over_it():
+    info = S.DTYPES["torch.float32"]
+    b = np.ones(4)
+    d = b + np.array([32.5, 0, 0, 0]) * 2.0 ** -23
+    g = S.ulp(d, b, "torch.float32")
+    assert g.metrics["max_ulp_err"] == 32.5 and g.metrics["ulp_err_ratio"] == 0.25 and g.verdict == "error"
+    assert g.metrics["mean_ulp_err"] == 32.5 / 4 and info.ulp_limit == 32
+
+
 def test_ulp_of_values_is_their_own_binade():
     info = S.DTYPES["torch.float32"]
     x = np.array([1.0, 1.5, 2.0, 3.999, 0.75, -6.0])
@@ -445,6 +454,18 @@ def test_benchmark_small_value_noise_with_a_single_small_value():
     assert g.metrics["small_value_err_ratio"] == 1.0 and g.metrics["small_value_err_ratio_ratio"] == 1 / 3
 
 
+def test_benchmark_small_value_floor_is_one_in_a_thousand_for_many_small_values():
+    """With many small values the sampling noise of an exact reference's share (3 / n) is under one in a
+    thousand: the floor is then one in a thousand."""
+    info = S.DTYPES["torch.float32"]
+    n = 10_000
+    b = np.full(n, info.small / 4)
+    dev = b.copy()
+    dev[:5] += 2 * info.small_atol  # five in ten thousand
+    g = S.benchmark(dev, b, b.copy(), "torch.float32")
+    assert g.metrics["small_value_err_ratio_ratio"] == pytest.approx(0.5) and g.verdict == "pass"
+
+
 def test_benchmark_without_small_values_has_no_small_value_share():
     b, ref = _bench_case(seed=5)
     g = S.benchmark(ref.copy(), b, ref, "torch.float32")
@@ -519,6 +540,29 @@ def test_dropout_kept_elements_are_scaled_and_zero_inputs_do_not_count():
     out32[3601] *= 1 + 5 * eps
     g = S.dropout(out32, x, p, "torch.float32")
     assert g.verdict == "error" and "scaled by 1/(1-p)" in g.reasons[-1]
+
+
+def test_dropout_counts_negative_inputs_and_checks_their_scale():
+    n, p = 1000, 0.5
+    x = -np.linspace(1.0, 2.0, n)  # negative inputs are live too
+    out = x / (1 - p)
+    out[: n // 2] = 0.0
+    g = S.dropout(out, x, p, "torch.float64")
+    assert g.verdict == "pass" and g.metrics["zero_ratio"] == 0.5
+    out[n // 2] *= 1 + 1e-6
+    assert S.dropout(out, x, p, "torch.float64").verdict == "error"
+
+
+def test_dropout_scale_check_edges():
+    eps = S.DTYPES["torch.float32"].eps
+    x = np.ones(4)
+    out = np.array([0.0, 0.0, 2.0, 2.0 * (1 + 4 * eps)])  # exactly four epsilon off: allowed
+    assert S.dropout(out, x, 0.5, "torch.float32").verdict == "pass"
+    out[3] = 2.0 * (1 - 3 * eps)  # below the scaled value, within four epsilon
+    g = S.dropout(out, x, 0.5, "torch.float32")
+    assert g.verdict == "pass" and g.metrics["max_rel_err"] == pytest.approx(3 * eps)
+    g = S.dropout(np.ones(4), x, 1.0, "torch.float32")  # p = 1 and nothing dropped: no scale to check
+    assert g.verdict == "error" and "max_rel_err" not in g.metrics and len(g.reasons) == 1
 
 
 def test_dropout_edge_cases():
