@@ -15,6 +15,7 @@ import argparse
 import ast
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -157,7 +158,16 @@ def _config(module: str, tests: list[str], timeout: float, sock: Path | None) ->
 
 
 def run_module(module: str, tests: list[str], timeout: float, server: bool = True,
-               keep_db: Path | None = None) -> dict:
+               keep_db: Path | None = None, rejudge: bool = False) -> dict:
+    """Mutate ``module``; with ``rejudge``, only run again the survivors of the session kept in ``keep_db``
+    (after tests were added; the module's source must be the one that session mutated)."""
+    tag = module.replace("/", "_")
+    src = (ROOT / "msprobe_nb" / module).read_text()
+    before = 0.0
+    if rejudge:
+        if keep_db is None or (keep_db / f"{tag}.src").read_text() != src:
+            raise SystemExit(f"{module}: no kept session of this source to rejudge in {keep_db}")
+        before = float((keep_db / f"{tag}.seconds").read_text())
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         shutil.copytree(ROOT / "msprobe_nb", work / "msprobe_nb", ignore=shutil.ignore_patterns("__pycache__"))
@@ -181,18 +191,24 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
             if base.returncode != 0:  # every mutant would count as killed
                 raise SystemExit(f"{module}: the unmutated tests fail:\n{base.stdout[-3000:]}{base.stderr[-2000:]}")
             cr = [sys.executable, "-m", "cosmic_ray.cli"]
-            subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
-            _skip_annotations(work / "s.sqlite", (ROOT / "msprobe_nb" / module).read_text())
+            if rejudge and keep_db is not None:  # the survivors become pending again: exec runs only those
+                shutil.copy(keep_db / f"{tag}.sqlite", work / "s.sqlite")
+                with sqlite3.connect(work / "s.sqlite") as con:
+                    con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+            else:
+                subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
+                _skip_annotations(work / "s.sqlite", src)
             subprocess.run([*cr, "exec", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
         finally:
             if srv is not None:
                 srv.kill()
                 srv.wait()
-        took = time.time() - t0
+        took = before + time.time() - t0
         if keep_db is not None:  # to report again later (--from-db), e.g. with more EQUIVALENT entries
             keep_db.mkdir(parents=True, exist_ok=True)
-            shutil.copy(work / "s.sqlite", keep_db / f"{module.replace('/', '_')}.sqlite")
-            (keep_db / f"{module.replace('/', '_')}.seconds").write_text(f"{took:.0f}\n")
+            shutil.copy(work / "s.sqlite", keep_db / f"{tag}.sqlite")
+            (keep_db / f"{tag}.seconds").write_text(f"{took:.0f}\n")
+            (keep_db / f"{tag}.src").write_text(src)
         return tally(module, work / "s.sqlite", took)
 
 
@@ -248,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-server", action="store_true", help="a fresh pytest per mutant, not the fork server")
     p.add_argument("--keep-db", type=Path, help="keep each module's cosmic-ray session here")
     p.add_argument("--from-db", type=Path, help="no run: report the sessions kept here by --keep-db")
+    p.add_argument("--rejudge", action="store_true", help="run only the survivors of the --keep-db sessions again")
     a = p.parse_args(argv)
     rows = []
     for m in a.modules:
@@ -257,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
             tag = m.replace("/", "_")
             rows.append(tally(m, a.from_db / f"{tag}.sqlite", float((a.from_db / f"{tag}.seconds").read_text())))
         else:
-            rows.append(run_module(m, MODULES[m], a.timeout, server=not a.no_server, keep_db=a.keep_db))
+            rows.append(run_module(m, MODULES[m], a.timeout, server=not a.no_server, keep_db=a.keep_db,
+                                   rejudge=a.rejudge))
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(report(rows))  # after each module: a long run stopped early keeps what it did
         print(report(rows[-1:]), flush=True)
