@@ -175,3 +175,17 @@ def test_the_near_zero_flag_scales_with_the_bench_tensors_largest_magnitude():
     assert got["max_rel_err"] == pytest.approx(0.5) and got["rel_near_zero"] is True
     got = M.tensor_metrics(np.array([0.15, 4.0]), np.array([0.1, 4.0]))  # 0.1 > 1 % of 4
     assert got["rel_near_zero"] is False
+
+
+def test_nan_in_the_bench_max_alone_is_a_full_disagreement():
+    npu = {"max": np.array([2.0]), "min": np.array([-1.0]), "mean": np.array([0.1]), "norm": np.array([2.0])}
+    assert M.stats_metrics(npu, {**npu, "max": np.array([math.nan])})["err"][0] == math.inf
+    assert M.stats_metrics({**npu, "min": np.array([math.nan])}, npu)["err"][0] == math.inf
+
+
+def test_float64_tensors_keep_their_precision_and_fp8_ones_are_compared_as_float32():
+    a = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert M.tensor_metrics(a + 1e-12, a)["max_abs_err"] == pytest.approx(1e-12, rel=1e-3)
+    x = torch.tensor([1.0, 2.0, 0.5])
+    got = M.tensor_metrics(x.to(torch.float8_e4m3fn), x)
+    assert got["status"] == M.ST_OK and got["max_abs_err"] == 0.0 and got["cosine"] == pytest.approx(1.0)

