@@ -33,7 +33,7 @@ MODULES: dict[str, list[str]] = {
     "analysis/grading.py": ["test_grading_rules.py", "test_compare_msprobe.py", "test_divergence.py"],
     "analysis/matching.py": ["test_compare_msprobe.py"],
     "analysis/provenance.py": ["test_root_cause.py"],
-    "store/hdf5_index.py": ["test_writer_safety.py", "test_store_hdf5.py"],
+    "store/hdf5_index.py": ["test_hdf5_index_rules.py"],
     "store/monitor_rules.py": ["test_monitor_alerts.py"],
     "store/msprobe_reader.py": ["test_msprobe_format.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
@@ -45,8 +45,70 @@ MODULES: dict[str, list[str]] = {
 #: (counted equivalent, not run)
 ANNOTATION = "annotation"
 
+#: analysis/overflow.py: (line, operator) -> why the surviving mutant cannot change a result
+_OVERFLOW_EQUIVALENT: dict[tuple[int, str], str] = {
+    (23, 'core/AddNot'): 'imports Dump at run time too: a name used in annotations only, no import cycle',
+    (60, 'core/ReplaceComparisonOperator_Eq_LtE'):
+        "adds the 'none' rows (an argument that is None): no counts, statistics nor float dtype, never non-finite",
+    (66, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a count is never negative',
+    (69, 'core/NumberReplacer'): 'fillna(2): only numel > 0 is read (fillna(0) is killed)',
+    (73, 'core/ReplaceFalseWithTrue'): 'the dtype words hold no regex character',
+    (76, 'core/ReplaceFalseWithTrue'): 'no tensor row at all: nan_stat is masked by `tensor` anyway',
+    (77, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool (or * a Python bool) is the logical and',
+    (77, 'core/ReplaceBinaryOperator_BitAnd_Add'):
+        "col 22: + binds first, (tensor or float) & ..., and the result is masked by `tensor` again",
+    (77, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'numel is never negative',
+    (77, 'core/ReplaceBinaryOperator_BitOr_Add'): 'numpy adds bool arrays as a logical or',
+    (78, 'core/ReplaceBinaryOperator_BitOr_Add'): 'numpy adds bool arrays as a logical or',
+    (79, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (84, 'core/ReplaceFalseWithTrue'): 'itertuples(index=True) adds an Index field first; fields are read by name',
+    (86, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a count is never negative',
+    (121, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (121, 'core/ReplaceBinaryOperator_BitAnd_FloorDiv'): 'bool // bool is their logical and (0 / 1; x // 0 is 0)',
+    (122, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (122, 'core/ReplaceBinaryOperator_BitAnd_Div'):
+        "adds only non-finite input rows (every io is an input or an output kind), whose call is skipped as in_bad; "
+        "0 / 0 is NaN, which any() skips",
+    (122, 'core/ReplaceBinaryOperator_BitAnd_FloorDiv'): 'bool // bool is their logical and (0 / 1; x // 0 is 0)',
+    (122, 'core/ReplaceBinaryOperator_BitAnd_LShift'):
+        "adds only non-finite input rows (every io is an input or an output kind), whose call is skipped as in_bad",
+    (123, 'core/ReplaceFalseWithTrue'): 'per_call is read into a dict by key: its order is never used',
+    (135, 'core/ReplaceFalseWithTrue'):
+        "every (step, rank, call) of the order is in state: both come from the same rows, so the default is never "
+        "used",
+    (141, 'core/ReplaceComparisonOperator_NotEq_IsNot'):
+        "adds the rank itself, whose inputs are finite there (in_bad calls were skipped)",
+    (141, 'core/ReplaceFalseWithTrue'): 'participants are ranks that recorded the call: the default is never used',
+    (146, 'core/ReplaceComparisonOperator_NotEq_Lt'):
+        "never stops at the next step: _innermost skips other (step, rank) calls; only slower",
+    (146, 'core/ReplaceComparisonOperator_NotEq_Gt'): 'steps come in ascending order: > is !=',
+    (146, 'core/NumberReplacer'): 'made[-1] is the call just added: never stops early, only slower (made[1] is killed)',
+    (147, 'core/ReplaceBreakWithContinue'): 'walks the later steps too, whose calls _innermost skips; only slower',
+    (154, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (155, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (157, 'core/ReplaceComparisonOperator_Eq_LtE'):
+        "kind is 'call', 'collective' or 'inputs': only 'call' is <= 'call'",
+    (157, 'core/ReplaceComparisonOperator_Eq_Is'): "kind is always one of this module's (interned) string literals",
+    (159, 'core/ReplaceComparisonOperator_Eq_LtE'):
+        "kind is 'collective' or 'inputs' here: only 'collective' is <= 'collective'",
+    (159, 'core/ReplaceComparisonOperator_Eq_Is'): "kind is always one of this module's (interned) string literals",
+    (166, 'core/ReplaceComparisonOperator_NotEq_IsNot'):
+        "ranks are ints from int(): below 257 the same objects; differs only for an answer's rank above 256 that "
+        "also received a value before it made one",
+    (180, 'core/NumberReplacer'): 'made[0:] adds the first call itself, no ancestor of itself (made[2:] is killed)',
+    (183, 'core/NumberReplacer'): 'moves the depth cap (a guard against a damaged parent cycle) by one',
+    (184, 'core/ReplaceComparisonOperator_Lt_NotEq'):
+        "the depth cap against a parent cycle still stops the walk at 256",
+    (184, 'core/ReplaceComparisonOperator_Lt_LtE'):
+        "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (184, 'core/NumberReplacer'): 'moves the depth cap (a guard against a damaged parent cycle) by one',
+    (187, 'core/ReplaceBreakWithContinue'):
+        "after a match the walk goes on up the ancestors, none of which is the new call",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
     ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
     ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_NotEq"):
         "the shortcut for identical orders gives what the general walk gives; this one always walks",
