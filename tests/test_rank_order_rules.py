@@ -156,3 +156,10 @@ def test_groups_whose_collectives_sort_before_rank_0s_still_get_their_own_clocks
     # ranks 2 and 3 make two collectives in their group, ranks 0 and 1 one in theirs (named to sort after)
     o = sync_order(_named({0: "B", 1: "B", 2: "AC", 3: "AC"}))
     assert _clocks(o) == {0: [1], 1: [1], 2: [1, 2], 3: [1, 2]}
+
+
+def test_a_collective_of_one_group_does_not_wait_for_a_same_named_one_of_another_group():
+    bc = "Distributed.broadcast.0.forward"
+    seq = {r: [(AR.format(0), [0, 1])] for r in (0, 1)}
+    seq.update({r: [(bc, [2, 3]), (AR.format(0), [2, 3])] for r in (2, 3)})
+    assert _clocks(sync_order(_ranks(seq))) == {0: [1], 1: [1], 2: [1, 2], 3: [1, 2]}
