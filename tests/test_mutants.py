@@ -53,6 +53,16 @@ MUTANTS = [
     ("inputs-agree-strict", "analysis/grading.py", "(row_in < th.norm_rel_input_ok)",
      "(row_in <= th.norm_rel_input_ok)",
      [f"{T}/test_grading_rules.py::test_an_output_far_off_while_the_inputs_agree_is_an_error_at_strict_thresholds"]),
+    ("overflow-either-statistic", "analysis/overflow.py", "stat_bad = np.isinf(mx) | np.isinf(mn) | nan_stat",
+     "stat_bad = np.isinf(mx) & np.isinf(mn) | nan_stat",
+     [f"{T}/test_overflow.py::test_without_counts_either_statistic_being_inf_or_nan_is_an_overflow"]),
+    ("overflow-every-receiver", "analysis/overflow.py", "received.setdefault(r, call)\n                continue",
+     "received.setdefault(r, call)\n                break",
+     [f"{T}/test_overflow.py::test_on_ten_ranks_every_rank_the_overflow_reached_is_named_and_the_report_lists_eight"]),
+    ("index-rows-bound", "store/hdf5_index.py", "+ 2) * block", "+ 3) * block", [f"{T}/test_hdf5_index_rules.py::"
+     "test_an_index_claiming_more_rows_than_the_file_can_hold_is_refused_and_its_bound_is_exact"]),
+    ("index-step-int32", "store/hdf5_index.py", "(step >= 2 ** 31)", "(step > 2 ** 31)",
+     [f"{T}/test_hdf5_index_rules.py::test_a_step_outside_int32_is_refused"]),
 ]
 
 
