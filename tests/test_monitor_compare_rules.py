@@ -380,3 +380,107 @@ def test_the_divergence_reads_as_a_sentence():
     d = MonitorDivergence(3, 1, "fc.weight", "fc", "grad", 1.5, 0.9, "why")
     assert str(d) == "step 3, rank 1: grad of fc.weight (layer fc): why"
     assert d.band == (1.0, 1.0) and d.mode == "bitwise"
+
+
+# ------------------------------------------------------------------------------- edges the mutation run found
+def _ranks(*frames: MonitorFrame) -> MonitorFrame:
+    """One record of several ranks' frames."""
+    return MonitorFrame("/nonexistent/run", pd.concat([f.stats for f in frames], ignore_index=True),
+                        pd.concat([f.scalars for f in frames], ignore_index=True),
+                        {k: v for f in frames for k, v in f.meta.items()}, list(NAMES),
+                        {k: v for f in frames for k, v in f._signs.items()})
+
+
+def test_a_rank_without_comparable_bitmaps_does_not_hide_the_next_ranks():
+    a0 = frame({("w", "grad"): 1.0}, 1, signs=_signs({0: [0xFF]}, numel=8), rank=0)
+    b0 = frame({("w", "grad"): 1.0}, 1, signs=_signs({0: [0x00]}, numel=7), rank=0)
+    a1 = frame({("w", "grad"): 1.0}, 1, signs=_signs({0: [0xFF]}, numel=8), rank=1)
+    b1 = frame({("w", "grad"): 1.0}, 1, signs=_signs({0: [0x0F]}, numel=8), rank=1)
+    t = compare_monitors(_ranks(a0, a1), _ranks(b0, b1)).table.set_index("rank")["direction"]
+    assert np.isnan(t[0]) and t[1] == 0.5
+
+
+def test_multi_byte_bitmaps_at_different_offsets():
+    """Bitmaps of three bytes, stored at other offsets in the two runs: byte k of one is compared with byte k
+    of the other."""
+    ta = pd.DataFrame({"step": [0, 0], "name": ["w", "v"], "numel": [24, 24], "start": [0, 3], "nbytes": [3, 3]})
+    tb = pd.DataFrame({"step": [0, 0], "name": ["v", "w"], "numel": [24, 24], "start": [1, 4], "nbytes": [3, 3]})
+    ba = np.array([0xFF, 0x00, 0xF0, 0x01, 0x02, 0x03], np.uint8)
+    bb = np.array([0x99, 0x01, 0x02, 0x03, 0xFF, 0x00, 0x00], np.uint8)  # a leading byte, then v, then w
+    a = frame({("w", "grad"): 1.0, ("v", "grad"): 1.0}, 1, signs=(ta, ba))
+    b = frame({("w", "grad"): 1.0, ("v", "grad"): 1.0}, 1, signs=(tb, bb))
+    t = compare_monitors(a, b).table.set_index("name")["direction"]
+    assert t["v"] == 1.0 and t["w"] == 1 - 4 / 24  # w's last byte: 0xF0 against 0x00
+
+
+def test_the_scalars_table_has_only_its_columns():
+    a = frame({("w", "grad"): 1.0}, 3, loss=1.0)
+    s = compare_monitors(a, a).scalars
+    assert list(s.columns) == ["step", "rank", "loss_a", "loss_b"] and list(s.index) == [0, 1, 2]
+
+
+def test_a_first_step_whose_directions_differ_is_not_bitwise_equal():
+    """Norms equal everywhere but the sign histograms differ a little from the first step on: the runs
+    differ from the start (band mode), and a direction that stays above direction_min never parts."""
+    ha = {("w", "grad"): {"hist_0": [5] * 30, "hist_1": [5] * 30}}
+    hb = {("w", "grad"): {"hist_0": [6] * 30, "hist_1": [5] * 30}}
+    a = frame({("w", "grad"): walk(30)}, 30, extra=ha)
+    b = frame({("w", "grad"): walk(30)}, 30, extra=hb)
+    c = compare_monitors(a, b)
+    assert (c.table["direction"] < 1).all() and (c.table["direction"] > DIRECTION_MIN).all()
+    assert c.first_divergence() is None
+
+
+def test_a_loss_that_differs_after_a_norm_does_not_move_the_step():
+    s = {("fc1.weight", "grad"): walk(20)}
+    s2 = {("fc1.weight", "grad"): np.r_[walk(20)[:9], walk(20)[9:] * 1.5]}
+    loss = walk(20, seed=3)
+    late = loss.copy()
+    late[12:] += 1.0
+    fd = compare_monitors(frame(s2, 20, loss=late), frame(s, 20, loss=loss)).first_divergence()
+    assert (fd.step, fd.kind) == (9, "grad")
+
+
+def test_a_nan_loss_on_one_side_is_a_difference():
+    s = {("fc1.weight", "grad"): walk(20)}
+    loss = walk(20, seed=3)
+    nan_at_5 = loss.copy()
+    nan_at_5[5] = np.nan
+    fd = compare_monitors(frame(s, 20, loss=nan_at_5), frame(s, 20, loss=loss)).first_divergence()
+    assert (fd.step, fd.kind) == (5, "scalar")
+
+
+def test_fewer_steps_than_the_band_needs():
+    a, b, _ = _two_devices(10, 5)
+    assert compare_monitors(a, b).first_divergence() is None
+
+
+def test_of_several_series_leaving_their_bands_in_one_step_the_farthest_is_named():
+    """Constant early ratios: each band is log(1.002) +- log1p(band_rtol); at step 30 fc1 leaves it by 1.3
+    half-widths and fc2 by 1.8 (same kind): fc2 is named."""
+    n = 40
+    w = math.log1p(BAND_RTOL)
+    base = {("fc1.weight", "grad"): walk(n, seed=1), ("fc2.weight", "grad"): walk(n, seed=2)}
+    out = {}
+    for (name, kind), v in base.items():
+        r = np.full(n, 1.002)
+        r[30:] = math.exp(math.log(1.002) + (1.3 if name == "fc1.weight" else 1.8) * w * 1.0001 + w)
+        out[(name, kind)] = v * r
+    fd = compare_monitors(frame(out, n), frame(base, n)).first_divergence()
+    assert (fd.step, fd.name) == (30, "fc2.weight")
+    out[("fc1.weight", "grad")][30:] *= math.exp(w)  # now fc1 is the farther one
+    assert compare_monitors(frame(out, n), frame(base, n)).first_divergence().name == "fc1.weight"
+
+
+def test_a_direction_drop_scores_by_how_far_it_fell():
+    """parting() orders one step's rows by how far they part: a norm ratio of 1.2 (|log| 0.18) before a
+    direction of 0.85 (0.15 below full agreement)."""
+    ha = {("fc2.weight", "grad"): {"hist_0": [10, 13], "hist_1": [10, 7]}}
+    hb = {("fc2.weight", "grad"): {"hist_0": [10, 10], "hist_1": [10, 10]}}
+    a = frame({("fc1.weight", "grad"): [1.0, 1.2], ("fc2.weight", "grad"): 1.0}, 2, extra={
+        **ha, ("fc1.weight", "grad"): {"hist_0": [1, 1], "hist_1": [1, 1]}})
+    b = frame({("fc1.weight", "grad"): 1.0, ("fc2.weight", "grad"): 1.0}, 2, extra={
+        **hb, ("fc1.weight", "grad"): {"hist_0": [1, 1], "hist_1": [1, 1]}})
+    p = compare_monitors(a, b).parting()
+    assert list(p["name"]) == ["fc1.weight", "fc2.weight"]
+    assert p["score"].tolist() == pytest.approx([math.log(1.2), 0.15])
