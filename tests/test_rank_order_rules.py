@@ -136,8 +136,8 @@ def test_the_group_is_given_to_every_row_of_its_call_and_only_there():
 
 def test_only_forward_distributed_calls_are_collectives():
     calls = ["Distributed.all_reduce.0.forward", "Distributed.all_reduce.0.backward", "Functional.f.0.forward",
-             "Tensor.Distributed.x.0.forward"]
-    assert list(is_collective(calls)) == [True, False, False, False]
+             "Tensor.Distributed.x.0.forward", "Distributed.recv_backward.0.forward"]  # a name, not a direction
+    assert list(is_collective(calls)) == [True, False, False, False, True]
 
 
 def test_local_calls_between_many_collectives_sit_one_past_the_collective_before_them():

@@ -158,6 +158,12 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "rank 0's own order is not > itself, so the general walk always runs, with the same clocks",
     ("analysis/rank_order.py", 130, "core/ReplaceTrueWithFalse"): "each step's clocks are computed on their own",
     ("analysis/rank_order.py", 161, "core/ReplaceFalseWithTrue"): "the groups go into a dict: their order is not read",
+    ("analysis/rank_order.py", 102, "core/ReplaceComparisonOperator_Lt_NotEq"): "pos[r] never passes len(seqs[r])",
+    ("analysis/rank_order.py", 109, "core/ZeroIterationForLoop"):
+        "unadvanced, each member then meets the collective through `resolved`, at max(last + 1, t) = t",
+    ("analysis/rank_order.py", 116, "core/ReplaceComparisonOperator_Lt_NotEq"): "pos[q] never passes len(seqs[q])",
+    ("analysis/rank_order.py", 118, "core/ReplaceBinaryOperator_Add_Mod"):
+        "a forced clock <= last + 1 is never above what the later participants get (the rank is least advanced)",
     ("analysis/rank_order.py", 141, "core/NumberReplacer"): "index -1 is read only where np.where discards it",
     ("analysis/rank_order.py", 141, "core/ReplaceComparisonOperator_Gt_NotEq"): "a count is never negative",
     ("analysis/rank_order.py", 142, "core/NumberReplacer"):
