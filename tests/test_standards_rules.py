@@ -435,13 +435,55 @@ def test_benchmark_small_value_errors_at_the_limit_do_not_count():
     assert g.metrics["small_value_err_ratio"] == 0.0
 
 
-def test_benchmark_error_balance_counts_the_signs():
-    b = np.ones(8)
-    e = 2.0 ** -10
-    dev = b + e * np.array([1, 1, 1, -1, 0, 0, 0, 0])  # three errors up, one down, four exact
-    g = S.benchmark(dev, b, b.copy(), "torch.float32")
-    assert g.metrics["err_balance"] == 0.5
-    assert g.metrics["err_balance_ratio"] == pytest.approx(0.5 / (3 / math.sqrt(4)))
+@pytest.mark.parametrize(("up", "down", "want"), [(3, 1, 0.5), (5, 3, 0.25), (3, 5, 0.25), (0, 4, 1.0), (2, 2, 0.0)])
+def test_benchmark_error_balance_counts_the_signs(up, down, want):
+    n = up + down + 4  # and four exact elements
+    b = np.ones(n)
+    signs = np.r_[np.ones(up), -np.ones(down), np.zeros(4)]
+    g = S.benchmark(b + 2.0 ** -10 * signs, b, b.copy(), "torch.float32")
+    assert g.metrics["err_balance"] == want
+    assert g.metrics["err_balance_ratio"] == pytest.approx(want / (3 / math.sqrt(up + down)))
+
+
+def test_benchmark_error_balance_floor_for_a_single_error():
+    b = np.ones(4)
+    g = S.benchmark(b + np.array([2.0 ** -10, 0, 0, 0]), b, b.copy(), "torch.float32")
+    assert g.metrics["err_balance"] == 1.0 and g.metrics["err_balance_ratio"] == 1 / 3
+
+
+def test_benchmark_a_mild_error_bias_is_graded_by_the_op_level_limits():
+    """70 % of 1,000 errors upwards against a balanced reference: a balance of 0.4, about 4x the floor of
+    random signs (3 / sqrt(1000)): over the normal level's 2x, an error (the single-element limits, 2x and
+    10x, are only the max relative error's)."""
+    n = 1000
+    b = np.ones(n)
+    ref = b + 2.0 ** -12 * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    dev = b + 2.0 ** -12 * np.where(np.arange(n) < 700, 1.0, -1.0)
+    g = S.benchmark(dev, b, ref, "torch.float32")
+    assert g.metrics["err_balance"] == pytest.approx(0.4) and 2 < g.metrics["err_balance_ratio"] < 10
+    assert g.verdict == "error" and any(r.startswith("error: err_balance") for r in g.reasons)
+
+
+def test_benchmark_a_ratio_exactly_at_the_error_limit_is_a_warning():
+    b = np.r_[np.ones(50), np.full(50, 1.5)]
+    ref = b + 2.0 ** -20
+    dev = b + 2.0 ** -19  # exactly twice the reference's error, every metric
+    g = S.benchmark(dev, b, ref, "torch.float32")
+    assert g.metrics["rmse_ratio"] == 2.0 and g.metrics["mean_rel_err_ratio"] == 2.0
+    assert g.verdict == "warning", g.reasons
+
+
+def test_benchmark_a_bench_value_at_the_small_threshold_is_not_small():
+    info = S.DTYPES["torch.float32"]
+    b = np.full(10, info.small)
+    g = S.benchmark(b * (1 + 2.0 ** -10), b, b.copy(), "torch.float32")
+    assert g.metrics["max_rel_err"] == 2.0 ** -10 and g.metrics["small_value_err_ratio"] == 0.0
+
+
+def test_benchmark_loose_level_warns_above_2x():
+    b, ref = _bench_case(seed=9)
+    g = S.benchmark(b + 2.5 * (ref - b), b, ref, "torch.float32", level="loose")
+    assert g.verdict == "warning" and any(r.startswith("warning: rmse") for r in g.reasons)
 
 
 def test_benchmark_small_value_noise_with_a_single_small_value():
