@@ -200,3 +200,64 @@ def test_identical_tensors_with_zeros_have_no_near_zero_relative_error():
     for x in (np.array([0.0, 1.0, 2.0]), np.zeros(3)):
         got = M.tensor_metrics(x, x.copy())
         assert got["max_rel_err"] == 0.0 and got["rel_near_zero"] is False and got["messages"] == []
+
+
+# ----------------------------------------------------------------------------- more edges the mutants found
+def test_a_difference_exactly_at_the_files_tolerance_is_not_a_contradiction():
+    at = 1.0000010000010001e-30  # |0 - at| == 1e-6 * at + 1e-30 exactly
+    assert abs(0.0 - at) == 1e-6 * at + 1e-30
+    assert M.file_contradiction(np.zeros(2), (2,), at, 0.0) is None
+
+
+def test_a_file_larger_in_its_first_dimension_is_a_shape_contradiction_too():
+    assert M.file_contradiction(np.zeros((3, 2)), (2, 3), 0.0, 0.0) == (
+        "the tensor file holds shape [3, 2], the dump records [2, 3]")
+
+
+def test_an_inf_in_a_file_is_not_its_max():
+    x = np.array([1.0, math.inf, -1.0])
+    assert M.file_contradiction(x, (3,), 1.0, -1.0) is None
+    assert M.file_contradiction(x, (3,), 5.0, -1.0) == "the tensor file's max is 1, the dump records 5"
+
+
+def test_the_near_zero_floor_is_a_fraction_of_the_bench_tensors_scale():
+    npu = {"max": np.array([100.0]), "min": np.array([-100.0]), "mean": np.array([0.8]), "norm": np.array([500.0])}
+    bench = {**npu, "mean": np.array([0.5])}  # 0.5 <= 1 % of 100
+    out = M.stats_metrics(npu, bench)
+    assert list(M.near_zero_labels(out["near_zero"])) == ["mean"] and out["err"][0] == pytest.approx(0.3)
+
+
+def test_stats_missing_or_equal_against_an_all_zero_or_infinite_bench_are_not_near_zero():
+    zero = {s: np.array([0.0]) for s in M.STATS}
+    out = M.stats_metrics({**zero, "norm": np.array([math.nan])}, zero)
+    assert list(M.near_zero_labels(out["near_zero"])) == [""]
+    out = M.stats_metrics(zero, zero)
+    assert list(M.near_zero_labels(out["near_zero"])) == [""] and out["err"][0] == 0.0
+    npu = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([1.0]), "norm": np.array([2.0])}
+    out = M.stats_metrics(npu, {**npu, "max": np.array([math.inf]), "mean": np.array([math.inf])})
+    assert list(M.near_zero_labels(out["near_zero"])) == [""] and out["err"][0] == math.inf
+
+
+def test_rows_settled_equal_stay_equal_with_nan_on_one_side():
+    npu = {"max": np.array([math.nan]), "min": np.array([math.nan]), "mean": np.array([1.0]), "norm": np.array([1.0])}
+    bench = {"max": np.array([1.0]), "min": np.array([1.0]), "mean": np.array([1.0]), "norm": np.array([1.0])}
+    assert M.stats_metrics(npu, bench, same=np.array([True]))["err"][0] == 0.0
+
+
+def test_a_bench_value_of_minus_one_is_an_ordinary_denominator():
+    npu = {"max": np.array([1.0]), "min": np.array([-1.5]), "mean": np.array([0.1]), "norm": np.array([2.0])}
+    out = M.stats_metrics(npu, {**npu, "min": np.array([-1.0])})
+    assert out["min_rel"][0] == pytest.approx(0.5)
+
+
+def test_which_side_is_all_zeros_at_exactly_eps():
+    eps = np.finfo(np.float32).eps
+    got = M.tensor_metrics(np.array([eps, 0.0], np.float32), np.ones(2, np.float32))
+    assert math.isnan(got["cosine"]) and any("the NPU tensor is all zeros" in m for m in got["messages"])
+
+
+def test_the_callers_arrays_are_left_unchanged():
+    n = np.array([1.0, math.nan, 2.0])
+    b = np.array([1.5, math.nan, 2.0])
+    M.tensor_metrics(n, b)
+    assert math.isnan(n[1]) and math.isnan(b[1])

