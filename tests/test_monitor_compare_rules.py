@@ -456,20 +456,80 @@ def test_fewer_steps_than_the_band_needs():
 
 
 def test_of_several_series_leaving_their_bands_in_one_step_the_farthest_is_named():
-    """Constant early ratios: each band is log(1.002) +- log1p(band_rtol); at step 30 fc1 leaves it by 1.3
-    half-widths and fc2 by 1.8 (same kind): fc2 is named."""
+    """Constant early ratios (1.5 for fc1, 1 for fc2): each band is its ratio times exp(+-log1p(band_rtol)),
+    half-width w; at step 30 fc1's ratio moves 2.3 w from its band's middle and fc2's 2.8 w: fc2, the
+    farther in its own band's widths, is named, though fc1's ratio is farther from 1."""
     n = 40
     w = math.log1p(BAND_RTOL)
     base = {("fc1.weight", "grad"): walk(n, seed=1), ("fc2.weight", "grad"): walk(n, seed=2)}
-    out = {}
-    for (name, kind), v in base.items():
-        r = np.full(n, 1.002)
-        r[30:] = math.exp(math.log(1.002) + (1.3 if name == "fc1.weight" else 1.8) * w * 1.0001 + w)
-        out[(name, kind)] = v * r
+    r1, r2 = np.full(n, 1.5), np.ones(n)
+    r1[30:], r2[30:] = 1.5 * math.exp(2.3 * w), math.exp(2.8 * w)
+    out = {("fc1.weight", "grad"): base[("fc1.weight", "grad")] * r1, ("fc2.weight", "grad"): base[
+        ("fc2.weight", "grad")] * r2}
     fd = compare_monitors(frame(out, n), frame(base, n)).first_divergence()
-    assert (fd.step, fd.name) == (30, "fc2.weight")
-    out[("fc1.weight", "grad")][30:] *= math.exp(w)  # now fc1 is the farther one
+    assert (fd.step, fd.name, fd.mode) == (30, "fc2.weight", "band")
+    out[("fc1.weight", "grad")][30:] *= math.exp(w)  # now fc1 is the farther one: 3.3 w
     assert compare_monitors(frame(out, n), frame(base, n)).first_divergence().name == "fc1.weight"
+
+
+def test_a_ratio_exactly_on_its_bands_edge_stays_inside():
+    """band_rtol 0 and a ratio of exactly 2 at every step: the band is [2, 2] and every later ratio sits on
+    both its edges: inside."""
+    n = 30
+    base = {("fc1.weight", "grad"): walk(n)}
+    twice = {k: v * 2.0 for k, v in base.items()}
+    assert compare_monitors(frame(twice, n), frame(base, n), band_rtol=0.0).first_divergence() is None
+    half = {k: v * 0.5 for k, v in base.items()}
+    assert compare_monitors(frame(half, n), frame(base, n), band_rtol=0.0).first_divergence() is None
+
+
+def test_the_divergence_is_frozen():
+    import dataclasses
+
+    d = MonitorDivergence(3, 1, "fc.weight", "fc", "grad", 1.5, 0.9, "why")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.step = 4  # type: ignore[misc]
+
+
+def test_a_learning_rate_group_past_the_recorded_groups_is_named_by_its_scalar():
+    s = {("fc1.weight", "grad"): 1.0}
+    groups = {"groups": [["a.w"], ["b.w"], ["c.w"]]}
+    a = frame(s, 2, lr={"lr/3": [0.1, 0.2], "lr/2": [0.1, 0.1]}, meta=groups)
+    b = frame(s, 2, lr={"lr/3": 0.1, "lr/2": [0.1, 0.3]}, meta=groups)
+    assert list(compare_monitors(a, b).lr["name"]) == ["lr/3", "c.w"]
+
+
+def test_a_loss_lower_or_nan_at_the_first_step_makes_the_runs_differ_from_the_start():
+    s = {("fc1.weight", "grad"): walk(40)}
+    loss = walk(40, seed=4)
+    assert compare_monitors(frame(s, 40, loss=loss * (1 - 1e-6)), frame(s, 40, loss=loss)).first_divergence() is None
+    nan0 = loss.copy()
+    nan0[0] = np.nan
+    assert compare_monitors(frame(s, 40, loss=nan0), frame(s, 40, loss=loss)).first_divergence() is None
+
+
+def test_the_heat_map_holds_one_kind_only():
+    a = frame({("fc1.weight", "grad"): 2.0, ("fc2.weight", "exp_avg"): 3.0, ("fc1.weight", "weight"): 4.0}, 2)
+    b = frame({("fc1.weight", "grad"): 1.0, ("fc2.weight", "exp_avg"): 1.0, ("fc1.weight", "weight"): 1.0}, 2)
+    c = compare_monitors(a, b)
+    assert list(c.heatmap(kind="exp_avg").index) == ["fc2.weight"]
+    assert (c.heatmap(kind="grad").loc["fc1.weight"] == 2.0).all()
+
+
+def test_a_direction_far_below_half_scores_its_whole_fall():
+    ha = {("fc1.weight", "grad"): {"hist_0": [10, 0], "hist_1": [10, 8], "hist_2": [0, 12]}}
+    hb = {("fc1.weight", "grad"): {"hist_0": [10, 10], "hist_1": [10, 10], "hist_2": [0, 0]}}
+    a = frame({("fc1.weight", "grad"): 1.0}, 2, extra=ha)
+    b = frame({("fc1.weight", "grad"): 1.0}, 2, extra=hb)
+    p = compare_monitors(a, b).parting()
+    assert p["direction"].tolist() == pytest.approx([0.4]) and p["score"].tolist() == pytest.approx([0.6])
+
+
+def test_a_zero_norm_tolerance_is_allowed_and_no_setup_line_without_setup_records(capsys):
+    a, b = frame({("w", "grad"): 1.0}, 2), frame({("w", "grad"): 1.0}, 2)
+    c = compare_monitors(a, b, norm_tolerance=0.0)
+    assert c.norm_tolerance == 0.0 and c.setup_note is None
+    assert capsys.readouterr().out == ""
 
 
 def test_a_direction_drop_scores_by_how_far_it_fell():
