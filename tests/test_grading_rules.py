@@ -364,3 +364,23 @@ def test_grading_leaves_the_garbage_collector_as_it_found_it():
 def test_the_worst_row_of_a_call_prefers_a_known_error_to_an_unknown_one():
     t = pd.DataFrame([_row(arg="0"), _row(arg="1")]).assign(result="warning", reasons=[[], []], err=[math.nan, 0.0])
     assert summarize_calls(t).iloc[0]["worst_row"] == f"{CALL}.output.1"
+
+
+def test_a_mode_read_from_a_file_is_the_same_mode():
+    mode = "".join(["ten", "sor"])  # not the interned literal, as from a config file or the command line
+    assert _tensor_call(0.95, 0.05)[0] == "error"
+    res, _ = _grade([_row(io="input", one_thousandth=0.95, cosine=1.0),
+                     _row(io="output", one_thousandth=0.05, cosine=1.0)], mode=mode)
+    assert res == ["pass", "error"]
+
+
+def test_inputs_that_disagree_in_tensor_mode_are_no_reference():
+    assert _tensor_call(0.5, 0.05) == ("pass", [])
+    assert _tensor_call(1.0, 1.0, in_cos=0.5, out_cos=0.1) == ("pass", [])
+
+
+def test_only_an_all_zero_bench_norm_changes_the_norm_rule():
+    # near zero on the mean only: the output's NormRelativeErr is judged as it is
+    rows = [_row(io="input", norm_rel=0.0),
+            _row(io="output", norm_rel=0.6, near_zero="mean", norm_diff=0.05, npu_norm=1.0)]
+    assert _grade(rows)[0][1] == "error"

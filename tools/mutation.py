@@ -230,6 +230,7 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 132, "core/ReplaceUnaryOperator_USub_Not"):
         "axis=0 orders the real and imaginary parts otherwise: every metric is the same for a permutation",
     ("analysis/metrics.py", 202, "core/ReplaceComparisonOperator_Gt_NotEq"): "a relative error is never negative",
+    ("analysis/grading.py", 219, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
