@@ -254,6 +254,8 @@ def test_which_side_is_all_zeros_at_exactly_eps():
     eps = np.finfo(np.float32).eps
     got = M.tensor_metrics(np.array([eps, 0.0], np.float32), np.ones(2, np.float32))
     assert math.isnan(got["cosine"]) and any("the NPU tensor is all zeros" in m for m in got["messages"])
+    got = M.tensor_metrics(np.ones(2, np.float32), np.array([eps, 0.0], np.float32))
+    assert math.isnan(got["cosine"]) and any("the bench tensor is all zeros" in m for m in got["messages"])
 
 
 def test_the_callers_arrays_are_left_unchanged():

@@ -231,6 +231,14 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "axis=0 orders the real and imaginary parts otherwise: every metric is the same for a permutation",
     ("analysis/metrics.py", 202, "core/ReplaceComparisonOperator_Gt_NotEq"): "a relative error is never negative",
     ("analysis/grading.py", 219, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitOr_BitXor"): "n == b and both NaN never hold together",
+    ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/metrics.py", 87, "core/ReplaceComparisonOperator_Eq_LtE"): "a largest magnitude is never negative",
+    ("analysis/metrics.py", 88, "core/ReplaceBinaryOperator_Div_Mod"):
+        "against an all-zero bench, max or min already give err 1 (or inf if not recorded); this e is at most 1",
+    ("analysis/metrics.py", 95, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): "bool // bool is the logical and",
+    ("analysis/metrics.py", 171, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/metrics.py", 199, "core/ReplaceComparisonOperator_Gt_NotEq"): "a norm is never negative",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
