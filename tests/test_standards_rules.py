@@ -126,6 +126,7 @@ def test_binary_counts_every_difference_and_equates_nans():
     d = c.copy()
     d[:6] += 1
     assert S.binary(d, c).metrics["mismatch"] == 6
+    assert S.binary(c - 1, c).metrics["mismatch"] == 10  # below the bench counts as well
 
 
 # ------------------------------------------------------------------------------------------------- ULP
@@ -471,6 +472,13 @@ def test_benchmark_a_ratio_exactly_at_the_error_limit_is_a_warning():
     g = S.benchmark(dev, b, ref, "torch.float32")
     assert g.metrics["rmse_ratio"] == 2.0 and g.metrics["mean_rel_err_ratio"] == 2.0
     assert g.verdict == "warning", g.reasons
+
+
+def test_benchmark_a_ratio_exactly_at_the_warning_limit_passes():
+    b = np.ones(100)
+    g = S.benchmark(b + 1.5 * 2.0 ** -20, b, b + 2.0 ** -20, "torch.float32")
+    assert g.metrics["rmse_ratio"] == 1.5 and g.metrics["mean_rel_err_ratio"] == 1.5
+    assert g.verdict == "pass", g.reasons
 
 
 def test_benchmark_a_bench_value_at_the_small_threshold_is_not_small():

@@ -106,9 +106,48 @@ _OVERFLOW_EQUIVALENT: dict[tuple[int, str], str] = {
         "after a match the walk goes on up the ancestors, none of which is the new call",
 }
 
+#: precheck/standards.py's equivalent survivors, by (line, operator)
+_BOOL_OR = "numpy adds bool arrays as a logical or"
+_BOOL_AND = "bool * bool, bool // bool and bool ** bool give the logical and (x // False is 0)"
+_STANDARDS_EQUIVALENT: dict[tuple[int, str], str] = {
+    (45, "core/NumberReplacer"): "float32's largest value +-1 is the same double (its ULP is 2**104)",
+    (48, "core/NumberReplacer"): "bfloat16's largest value +-1 is the same double",
+    (50, "core/NumberReplacer"): "float64's largest value +-1 is the same double",
+    (58, "core/NumberReplacer"): "error 2 -> 3 keeps the order of the verdicts (pass -1 is killed)",
+    (63, "core/ReplaceUnaryOperator_USub_Invert"): "an unknown verdict ranks -2 instead of -1: still below pass",
+    (63, "core/NumberReplacer"): "an unknown verdict ranks -2 instead of -1: still below pass",
+    (104, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (104, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (104, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (104, "core/ReplaceBinaryOperator_BitAnd_Pow"):
+        "~(x ** y) & a on bools: x ** y is 0 only where x is False and y True, as the and it replaces needs",
+    (104, "core/ReplaceBinaryOperator_BitOr_BitXor"): "dn ^ bn differs from dn | bn only where both are NaN, "
+                                                        "where neither side is inf, so the term is 0 either way",
+    (108, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (134, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (134, "core/ReplaceBinaryOperator_BitOr_BitXor"): "dev == bench and both NaN never hold together",
+    (134, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (134, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (181, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (181, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (219, "core/NumberReplacer"): "no large values: np.zeros(2) has the same max and mean as np.zeros(1)",
+    (224, "core/NumberReplacer"): "unreachable: benchmark() returns before an empty comparison",
+    (228, "core/ReplaceBinaryOperator_Add_BitOr"): "the guard n_pos | n_neg is zero exactly when n_pos + n_neg is "
+                                                     "(the divisor's | is killed)",
+    (228, "core/ReplaceBinaryOperator_Add_BitXor"): "the guard is zero only where n_pos == n_neg, whose balance is 0",
+    (228, "core/ReplaceBinaryOperator_Add_Sub"): "the guard is zero only where n_pos == n_neg, whose balance is 0",
+    (265, "core/ReplaceComparisonOperator_Eq_Is"): "the names are the interned literals of the floors dict",
+    (282, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (287, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (289, "core/NumberReplacer"): "p is a probability: p * (1 - p) is never below 0",
+    (293, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (294, "core/ReplaceComparisonOperator_Lt_NotEq"): "p is a probability: p != 1 is p < 1",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
 EQUIVALENT: dict[tuple[str, int, str], str] = {
     **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
+    **{("precheck/standards.py", ln, op): why for (ln, op), why in _STANDARDS_EQUIVALENT.items()},
     ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
     ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_NotEq"):
         "the shortcut for identical orders gives what the general walk gives; this one always walks",
