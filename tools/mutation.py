@@ -360,7 +360,8 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
             if rejudge and keep_db is not None:  # the survivors become pending again: exec runs only those
                 shutil.copy(keep_db / f"{tag}.sqlite", work / "s.sqlite")
                 with sqlite3.connect(work / "s.sqlite") as con:
-                    con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+                    # timed-out ones too: on a loaded machine a slow run is not a killed mutant
+                    con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED' OR output = 'timeout'")
             else:
                 subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
                 _skip_annotations(work / "s.sqlite", src)
@@ -430,7 +431,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-server", action="store_true", help="a fresh pytest per mutant, not the fork server")
     p.add_argument("--keep-db", type=Path, help="keep each module's cosmic-ray session here")
     p.add_argument("--from-db", type=Path, help="no run: report the sessions kept here by --keep-db")
-    p.add_argument("--rejudge", action="store_true", help="run only the survivors of the --keep-db sessions again")
+    p.add_argument("--rejudge", action="store_true",
+                   help="run only the survivors and timed-out mutants of the --keep-db sessions again")
     a = p.parse_args(argv)
     rows = []
     for m in a.modules:
