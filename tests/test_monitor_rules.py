@@ -181,3 +181,54 @@ def test_an_alert_is_a_value_kept_as_raised():
     assert {a, dataclasses.replace(a)} == {a}  # hashable and equal by value: alerts can be counted in sets
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.value = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("direction", [False, True])
+def test_series_of_different_lengths_refreshed_at_the_same_step_each_keep_their_own_statistics(direction):
+    # series joining 8 and 16 steps apart reach their refreshes together while their windows hold different
+    # numbers of changes: each series' typical change is its own
+    rng = np.random.default_rng(11)
+    th = dict(warmup=3, window=200, spike_z=3.0, spike_ratio=3.0, direction_drop=0.2, spike_floor=0.0)
+    steps = 90
+    series = {}
+    for i, start in enumerate((0, 8, 16, 24)):
+        if direction:
+            v = np.clip(0.8 + rng.normal(0, 0.01 * (i + 1), steps), 0, 1)
+            v[[40, 60 + i]] = 0.1
+        else:
+            v = np.exp(np.cumsum(rng.normal(0.05 * (i - 1.5), 0.02 * (i + 1), steps)))
+            v[[40, 60 + i]] *= 50
+        series[i] = {s: float(v[s]) for s in range(start, steps)}
+    rules = AlertRules(**th)
+    got = {i: [] for i in series}
+    for step in range(steps):
+        ids = [i for i in series if step in series[i]]
+        for a in rules.observe(step, np.asarray(ids), [series[i][step] for i in ids], direction=direction):
+            got[a.series].append((a.step, a.rule, a.value, a.reference, a.severity))
+    for i, s in series.items():
+        _close(got[i], _definition(s, **th, direction=direction))
+    assert all(len(g) >= 2 for g in got.values())
+
+
+@pytest.mark.parametrize("direction", [False, True])
+def test_a_constant_series_never_alerts_even_with_every_bar_at_zero(direction):
+    # spike_ratio 1, spike_z 0, direction_drop 0: the bar is 0; a value equal to the expected one is no hit
+    rules = AlertRules(warmup=2, window=8, spike_z=0.0, spike_ratio=1.0, direction_drop=0.0, spike_floor=0.0)
+    got = []
+    for step in range(40):
+        got += rules.observe(step, np.array([0, 1]), np.array([0.5, 0.25]), direction=direction)
+    assert got == []
+
+
+@pytest.mark.parametrize("other", [False, True])
+@pytest.mark.parametrize("to,alert", [(0.01, True), (0.0099, False)])
+def test_a_spike_must_reach_the_floor_and_reaching_it_exactly_is_enough(to, alert, other):
+    # warm-up level 1, floor 0.01 x that: after a fall to 1e-4, a jump to 0.01 is "at least" the floor; alone,
+    # or beside a series one value shorter (the path for series of different lengths)
+    rules = AlertRules(warmup=4, window=50, spike_z=3.0, spike_ratio=10.0, spike_floor=0.01)
+    vals = [1.0] * 4 + [1e-4] * 30 + [to]
+    got = []
+    for s, v in enumerate(vals):
+        ids, vs = ([0, 1], [v, 1.0]) if other and s else ([0], [v])
+        got += [(a.step, a.series, a.value) for a in rules.observe(s, np.array(ids), np.array(vs))]
+    assert got == ([(34, 0, to)] if alert else [])
