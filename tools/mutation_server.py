@@ -22,7 +22,9 @@ import socket
 import sys
 import tempfile
 
-PRELOAD = ["numpy", "pandas", "pytest", "h5py", "torch"]
+#: torch._inductor.config: what torch.use_deterministic_algorithms() imports on its first call (seconds; seed_all
+#: makes it)
+PRELOAD = ["numpy", "pandas", "pytest", "h5py", "torch", "torch._inductor.config"]
 #: the package's parts whose modules may be preloaded (those that do not import the mutated module)
 PACKAGE_PRELOAD = ["msprobe_nb", "msprobe_nb.config", "msprobe_nb.store.*", "msprobe_nb.analysis.*"]
 
