@@ -512,3 +512,16 @@ def test_a_scalar_dataset_where_a_column_or_a_buffer_belongs_is_refused(tmp_path
         del h["tensors/u2"]
         h.create_dataset("tensors/u2", data=np.uint16(3))
     _refused(f, r"the commit index says tensors/u2 has 0 entries, but it holds 0")
+
+
+def test_a_buffer_stored_whole_but_never_written_is_refused(tmp_path, healthy):
+    # HDF5 allocates a contiguous dataset's storage on first write: an extent with no storage holds nothing
+    def grow(r):
+        r[:, P["u2"]] = [0, 0, 2]
+        return r
+    f = _rewrite(tmp_path, healthy, grow)
+    with h5py.File(f, "r+") as h:
+        del h["tensors/u2"]
+        h.create_dataset("tensors/u2", shape=(2,), dtype="uint16")
+        assert h["tensors/u2"].id.get_storage_size() == 0
+    _refused(f, r"the commit index says tensors/u2 has 2 entries, but it holds 0")

@@ -183,8 +183,10 @@ def test_an_alert_is_a_value_kept_as_raised():
         a.value = 1.0  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("longest_first", [True, False])
 @pytest.mark.parametrize("direction", [False, True])
-def test_series_of_different_lengths_refreshed_at_the_same_step_each_keep_their_own_statistics(direction):
+def test_series_of_different_lengths_refreshed_at_the_same_step_each_keep_their_own_statistics(direction,
+                                                                                              longest_first):
     # series joining 8 and 16 steps apart reach their refreshes together while their windows hold different
     # numbers of changes: each series' typical change is its own
     rng = np.random.default_rng(11)
@@ -202,7 +204,7 @@ def test_series_of_different_lengths_refreshed_at_the_same_step_each_keep_their_
     rules = AlertRules(**th)
     got = {i: [] for i in series}
     for step in range(steps):
-        ids = [i for i in series if step in series[i]]
+        ids = [i for i in series if step in series[i]][:: 1 if longest_first else -1]
         for a in rules.observe(step, np.asarray(ids), [series[i][step] for i in ids], direction=direction):
             got[a.series].append((a.step, a.rule, a.value, a.reference, a.severity))
     for i, s in series.items():

@@ -34,7 +34,7 @@ MODULES: dict[str, list[str]] = {
     "analysis/matching.py": ["test_compare_msprobe.py"],
     "analysis/provenance.py": ["test_root_cause.py"],
     "store/hdf5_index.py": ["test_hdf5_index_rules.py"],
-    "store/monitor_rules.py": ["test_monitor_alerts.py"],
+    "store/monitor_rules.py": ["test_monitor_rules.py"],
     "store/msprobe_reader.py": ["test_msprobe_format.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
     "analysis/monitor_compare.py": ["test_monitor_compare_rules.py"],
@@ -144,8 +144,111 @@ _STANDARDS_EQUIVALENT: dict[tuple[int, str], str] = {
     (294, "core/ReplaceComparisonOperator_Lt_NotEq"): "p is a probability: p != 1 is p < 1",
 }
 
+#: store/hdf5_index.py: (line, operator) -> why the surviving mutant cannot change a result
+_HDF5_INDEX_EQUIVALENT: dict[tuple[int, str], str] = {
+    (60, 'core/ReplaceComparisonOperator_NotEq_IsNot'):
+        'the version read is an int (plain_attr): equal small ints are one object',
+    (81, 'core/ReplaceComparisonOperator_NotEq_IsNot'): 'column counts are small ints, one object when equal',
+    (84, 'core/NumberReplacer'):
+        'block 2 for an index stored whole: all its rows are stored, so the file always holds them (0 is killed)',
+    (114, 'core/ReplaceComparisonOperator_NotEq_Lt'): 'layouts above 5 were refused by check_header: < is != here',
+    (114, 'core/ReplaceComparisonOperator_NotEq_IsNot'):
+        'the layout read is an int (plain_attr): equal small ints are one object',
+    (140, 'core/ReplaceComparisonOperator_Lt_NotEq'): 'n is never above len(index)',
+    (147, 'core/ReplaceBinaryOperator_BitOr_Add'): 'numpy adds bool arrays as a logical or',
+    (147, 'core/ReplaceBinaryOperator_BitOr_BitXor'): 'a slot is never both 0 and 1',
+    (161, 'core/ReplaceBinaryOperator_BitOr_Add'): 'numpy adds bool arrays as a logical or',
+    (161, 'core/ReplaceBinaryOperator_BitOr_BitXor'): 'a step is never both below -2**31 and at or above 2**31',
+    (164, 'core/ReplaceComparisonOperator_NotEq_Gt'): 'flags & FLAG_DROPPED is 0 or 1',
+    (165, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (165, 'core/ReplaceBinaryOperator_BitAnd_FloorDiv'): 'bool // bool is their logical and (x // 0 is 0)',
+    (165, 'core/ReplaceComparisonOperator_NotEq_Gt'): 'lengths that shrink were refused just before: != is > here',
+    (183, 'core/ReplaceBinaryOperator_FloorDiv_Mul'):
+        "a contiguous dataset's storage is all of it or none: x itemsize gives 0 or more than its extent, "
+        'deciding and reporting alike',
+    (183, 'core/ReplaceBinaryOperator_FloorDiv_Div'): 'the storage is a whole number of items: / gives the same count',
+    (183, 'core/NumberReplacer'): 'max(itemsize, 0): item sizes are 1 or more (max(itemsize, 2) is killed)',
+    (184, 'core/NumberReplacer'): 'chunks[-1] of a 1-D dataset is chunks[0] (chunks[1] is killed)',
+    (196, 'core/ReplaceComparisonOperator_Lt_LtE'):
+        "no group's chunks are 1 row (GROUPS: 1024 rows or more); 0 is refused either way",
+    (196, 'core/NumberReplacer'):
+        "chunk < 2: no group's chunks are 1 row (GROUPS: 1024 rows or more); chunk < 0 is killed",
+    (199, 'core/NumberReplacer'): 'shape[-1] of a 1-D dataset (checked just above) is shape[0]',
+    (202, 'core/NumberReplacer'): 'shape[-1] of a 1-D dataset (checked above) is shape[0]',
+    (206, 'core/NumberReplacer'): 'shape[-1] of a 1-D dataset (checked first) is shape[0]',
+    (208, 'core/NumberReplacer'): "shape[-1] of a 1-D dataset (the message's only case that reads it) is shape[0]",
+}
+
+#: store/monitor_rules.py: (line, operator) -> why the surviving mutant cannot change a result
+_MONITOR_RULES_EQUIVALENT: dict[tuple[int, str], str] = {
+    (74, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'spike_floor is checked >= 0 in __init__: != 0 is > 0',
+    (75, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (76, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (77, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (78, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (79, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (80, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (81, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (82, 'core/NumberReplacer'):
+        'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
+    (90, 'core/ReplaceComparisonOperator_Gt_GtE'): 'grows when already long enough: spare rows, never read',
+    (91, 'core/ReplaceBinaryOperator_Sub_Add'):
+        'extra only needs to be >= n - len (rows for the new ids): this gives that or more, spare rows',
+    (91, 'core/ReplaceBinaryOperator_Sub_LShift'):
+        'extra only needs to be >= n - len (rows for the new ids): this gives that or more, spare rows',
+    (91, 'core/ReplaceBinaryOperator_Sub_BitOr'):
+        'extra only needs to be >= n - len (rows for the new ids): this gives that or more, spare rows',
+    (91, 'core/ReplaceBinaryOperator_Sub_BitXor'):
+        'extra only needs to be >= n - len (rows for the new ids): this gives that or more, spare rows',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_Add'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_Sub'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_Mul'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_Mod'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_Pow'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_RShift'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_LShift'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_BitOr'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_BitAnd'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/ReplaceBinaryOperator_FloorDiv_BitXor'):
+        'the spare growth term: max() keeps n - len, enough rows for the new ids',
+    (91, 'core/NumberReplacer'):
+        'the spare growth term (len // 1 or // 3): max() keeps n - len, enough rows for the new ids',
+    (106, 'core/NumberReplacer'): 'n[-1] where every n is n[0] (n[1] is killed)',
+    (115, 'core/ReplaceComparisonOperator_Eq_LtE'):
+        'refreshed series hold warmup values or more: <= warmup is == warmup',
+    (116, 'core/ReplaceAndWithOr'):
+        'sets _low of direction series too, which only the spike rule reads (their ids differ)',
+    (124, 'core/ReplaceBinaryOperator_Sub_BitXor'):
+        '(c ^ w) % 8 == 0 exactly when c and w agree in their low 3 bits, as (c - w) % 8 == 0',
+    (124, 'core/ReplaceComparisonOperator_Eq_LtE'): '% REFRESH is never negative',
+    (145, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a count is never negative',
+    (145, 'core/ReplaceComparisonOperator_Gt_GtE'):
+        "the first value's change lands in ring slot window - 1, overwritten by the window-th change before any "
+        'refresh reads that slot',
+    (145, 'core/NumberReplacer'):
+        "c > -1: the first value's change lands in ring slot window - 1, overwritten before it is read",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    **{("store/hdf5_index.py", ln, op): why for (ln, op), why in _HDF5_INDEX_EQUIVALENT.items()},
+    **{("store/monitor_rules.py", ln, op): why for (ln, op), why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
     **{("precheck/standards.py", ln, op): why for (ln, op), why in _STANDARDS_EQUIVALENT.items()},
     ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
