@@ -341,6 +341,16 @@ def test_a_shape_missing_on_one_side_differs():
     assert _one(npu_shape=None, bench_shape=(4,)) == ("error", ["error: shape differs: [] vs [4]"])
 
 
+def test_shapes_that_differ_either_way_round_are_both_found():
+    res, why = _grade([_row(npu_shape=(2,), bench_shape=(4,)), _row(arg="1", npu_shape=(4,), bench_shape=(2,))])
+    assert res == ["error", "error"] and why[1] == ["error: shape differs: [4] vs [2]"]
+
+
+def test_a_hash_on_the_bench_side_only_is_said_too():
+    assert _one(mode="md5", npu_hash="", bench_hash="cd") == (
+        "warning", ["warning: content hash recorded on one side only"])
+
+
 def test_ties_for_the_worst_output_mark_the_first_one():
     rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.3),
             _row(io="output", arg="1", norm_rel=0.3)]

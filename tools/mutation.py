@@ -372,7 +372,12 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 132, "core/ReplaceUnaryOperator_USub_Not"):
         "axis=0 orders the real and imaginary parts otherwise: every metric is the same for a permutation",
     ("analysis/metrics.py", 202, "core/ReplaceComparisonOperator_Gt_NotEq"): "a relative error is never negative",
+    ("analysis/grading.py", 218, "core/ReplaceFalseWithTrue"):
+        "the default of a missing column: compare tables always carry comparable (compare_table.py)",
     ("analysis/grading.py", 219, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
+    ("analysis/grading.py", 233, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
+    ("analysis/grading.py", 330, "core/ReplaceUnaryOperator_USub_Invert"):
+        "-2 marks 'no row' as -1 did: callers test >= 0, and summarize_calls' calls all have rows",
     ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitOr_BitXor"): "n == b and both NaN never hold together",
     ("analysis/metrics.py", 75, "core/ReplaceBinaryOperator_BitAnd_Mul"): "bool * bool is the logical and",
     ("analysis/metrics.py", 87, "core/ReplaceComparisonOperator_Eq_LtE"): "a largest magnitude is never negative",
