@@ -394,3 +394,24 @@ def test_only_an_all_zero_bench_norm_changes_the_norm_rule():
     rows = [_row(io="input", norm_rel=0.0),
             _row(io="output", norm_rel=0.6, near_zero="mean", norm_diff=0.05, npu_norm=1.0)]
     assert _grade(rows)[0][1] == "error"
+
+
+def test_calls_of_different_pairs_never_share_their_call_rules():
+    # the output of call Y in pair 1 and the input of call X in pair 0 are in different calls
+    rows = [_row(io="output", call="Torch.y.0.forward", pair=1, norm_rel=0.9),
+            _row(io="output", call="Torch.z.0.forward", pair=0),
+            _row(io="input", call="Torch.x.0.forward", pair=0, norm_rel=0.0)]
+    assert _grade(rows)[0] == ["pass", "pass", "pass"]
+
+
+def test_rows_already_wrong_in_shape_or_dtype_are_left_out_of_the_call_rules():
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", norm_rel=0.9, bench_shape=(2,))]
+    assert _grade(rows)[1][1] == ["error: shape differs: [4] vs [2]"]
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", norm_rel=0.9, bench_dtype="torch.int8",
+                                                 comparable=False)]
+    assert len(_grade(rows)[1][1]) == 1
+
+
+def test_md5_mode_has_no_call_rules():
+    rows = [_row(io="input", norm_rel=0.0, one_thousandth=1.0), _row(io="output", norm_rel=0.9, one_thousandth=0.0)]
+    assert _grade(rows, mode="md5")[0] == ["pass", "pass"]
