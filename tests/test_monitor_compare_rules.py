@@ -544,3 +544,43 @@ def test_a_direction_drop_scores_by_how_far_it_fell():
     p = compare_monitors(a, b).parting()
     assert list(p["name"]) == ["fc1.weight", "fc2.weight"]
     assert p["score"].tolist() == pytest.approx([math.log(1.2), 0.15])
+
+
+def test_bitmaps_of_fewer_values_on_either_side_are_not_compared():
+    sa, sb = _signs({0: [0xFF]}, numel=7), _signs({0: [0x00]}, numel=8)
+    a, b = frame({("w", "grad"): 1.0}, 1, signs=sa), frame({("w", "grad"): 1.0}, 1, signs=sb)
+    assert compare_monitors(a, b).table["direction"].isna().all()
+
+
+def test_rank_zeros_parameter_groups_name_the_learning_rates():
+    s = {("fc1.weight", "grad"): 1.0}
+    a1 = frame(s, 2, lr={"lr/1": 0.1}, rank=1, meta={"groups": [["r1.a"], ["r1.b"]]})
+    a0 = frame(s, 2, lr={"lr/1": [0.1, 0.2]}, rank=0, meta={"groups": [["r0.a"], ["r0.b"]]})
+    b1 = frame(s, 2, lr={"lr/1": 0.1}, rank=1, meta={"groups": [["r1.a"], ["r1.b"]]})
+    b0 = frame(s, 2, lr={"lr/1": 0.1}, rank=0, meta={"groups": [["r0.a"], ["r0.b"]]})
+    c = compare_monitors(_ranks(a1, a0), _ranks(b1, b0))  # rank 1's record comes first
+    assert list(c.lr["name"]) == ["r0.b"] and list(c.lr["rank"]) == [0]
+
+
+def test_parting_rows_have_only_the_tables_columns_and_a_score():
+    a = frame({("fc1.weight", "grad"): [1.0, 2.0]}, 2)
+    b = frame({("fc1.weight", "grad"): 1.0}, 2)
+    c = compare_monitors(a, b)
+    p = c.parting()
+    assert list(p.columns) == [*c.table.columns, "score"] and list(p.index) == [0]
+
+
+def test_a_learning_rate_divergence_gives_the_rates_ratio():
+    s = {("fc1.weight", "grad"): 1.0}
+    fd = compare_monitors(frame(s, 2, lr={"lr": [0.02, 0.03]}), frame(s, 2, lr={"lr": 0.02})).first_divergence()
+    assert fd.step == 1 and fd.norm_ratio == pytest.approx(1.5)
+
+
+def test_the_last_early_step_is_part_of_the_band():
+    n = 40
+    base = {("fc1.weight", "grad"): walk(n)}
+    r = np.full(n, 1.002)
+    r[BAND_STEPS - 1] = 1.004  # the band's widest point, at its last step
+    r[BAND_STEPS:] = 1.0035
+    a = frame({k: v * r for k, v in base.items()}, n)
+    assert compare_monitors(a, frame(base, n)).first_divergence() is None
