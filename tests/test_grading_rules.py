@@ -415,3 +415,8 @@ def test_rows_already_wrong_in_shape_or_dtype_are_left_out_of_the_call_rules():
 def test_md5_mode_has_no_call_rules():
     rows = [_row(io="input", norm_rel=0.0, one_thousandth=1.0), _row(io="output", norm_rel=0.9, one_thousandth=0.0)]
     assert _grade(rows, mode="md5")[0] == ["pass", "pass"]
+
+
+def test_one_call_name_in_two_pairs_is_two_calls():
+    rows = [_row(io="input", pair=0, norm_rel=0.0), _row(io="output", pair=1, norm_rel=0.9)]
+    assert _grade(rows)[0] == ["pass", "pass"]
