@@ -234,3 +234,17 @@ def test_a_spike_must_reach_the_floor_and_reaching_it_exactly_is_enough(to, aler
         ids, vs = ([0, 1], [v, 1.0]) if other and s else ([0], [v])
         got += [(a.step, a.series, a.value) for a in rules.observe(s, np.array(ids), np.array(vs))]
     assert got == ([(34, 0, to)] if alert else [])
+
+
+@pytest.mark.parametrize("other", [False, True])
+@pytest.mark.parametrize("to,alert", [(10.0, False), (10.001, True)])
+def test_a_spike_is_more_than_the_ratio_not_the_ratio_itself(to, alert, other):
+    # a steady series at 1: a jump by exactly spike_ratio (10x) is not "more than a factor spike_ratio"; alone,
+    # or beside a series one value shorter (the path for series of different lengths)
+    rules = AlertRules(warmup=4, window=50, spike_z=3.0, spike_ratio=10.0, spike_floor=0.0)
+    vals = [1.0] * 30 + [to]
+    got = []
+    for s, v in enumerate(vals):
+        ids, vs = ([0, 1], [v, 1.0]) if other and s else ([0], [v])
+        got += [(a.step, a.series) for a in rules.observe(s, np.array(ids), np.array(vs))]
+    assert got == ([(30, 0)] if alert else [])
