@@ -132,6 +132,9 @@ def test_the_group_is_given_to_every_row_of_its_call_and_only_there():
     assert [x for x, c in zip(g, t["call"]) if c.startswith("Distributed.")] == ["0,1"] * 8
     assert [x for x, c in zip(g, t["call"]) if not c.startswith("Distributed.")] == ["", ""]
     assert list(group_of(t.drop(columns=["value"]))) == [""] * len(t)
+    # whatever the order of a call's rows (the group row first, here)
+    t2 = t.sort_values("arg", ascending=False, kind="stable").reset_index(drop=True)
+    assert [x for x, c in zip(group_of(t2), t2["call"]) if c.startswith("Distributed.")] == ["0,1"] * 8
 
 
 def test_only_forward_distributed_calls_are_collectives():

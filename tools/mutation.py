@@ -490,8 +490,13 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
             if rejudge and keep_db is not None:  # the survivors become pending again: exec runs only those
                 shutil.copy(keep_db / f"{tag}.sqlite", work / "s.sqlite")
                 with sqlite3.connect(work / "s.sqlite") as con:
-                    # timed-out ones too: on a loaded machine a slow run is not a killed mutant
-                    con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED' OR output = 'timeout'")
+                    # timed-out ones too: on a loaded machine a slow run is not a killed mutant; not those that
+                    # EQUIVALENT explains
+                    rows = con.execute("SELECT r.job_id, s.start_pos_row, s.operator_name FROM work_results r JOIN "
+                                       "mutation_specs s ON s.job_id = r.job_id WHERE r.test_outcome = 'SURVIVED' "
+                                       "OR r.output = 'timeout'").fetchall()
+                    con.executemany("DELETE FROM work_results WHERE job_id = ?", [
+                        (j,) for j, line, op in rows if (module, int(line), op) not in EQUIVALENT])
             else:
                 subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
                 _skip_annotations(work / "s.sqlite", src)
