@@ -248,3 +248,10 @@ def test_a_spike_is_more_than_the_ratio_not_the_ratio_itself(to, alert, other):
         ids, vs = ([0, 1], [v, 1.0]) if other and s else ([0], [v])
         got += [(a.step, a.series) for a in rules.observe(s, np.array(ids), np.array(vs))]
     assert got == ([(30, 0)] if alert else [])
+
+
+def test_the_words_are_the_same_for_rule_names_read_back_from_a_record():
+    # a replayed record's rule names are strings built at run time, not this module's literals
+    nonfinite, spike = "".join(["non", "finite"]), "".join(["spi", "ke"])
+    assert alert_message(nonfinite, "grad", "w", math.inf, math.nan) == "grad of w is inf (first seen)"
+    assert alert_message(spike, "activation", "fc", 5.0, 2.0) == "activation of fc spiked to 5, 2.5x the 2 expected"
