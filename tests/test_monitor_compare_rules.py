@@ -462,13 +462,17 @@ def test_of_several_series_leaving_their_bands_in_one_step_the_farthest_is_named
     n = 40
     w = math.log1p(BAND_RTOL)
     base = {("fc1.weight", "grad"): walk(n, seed=1), ("fc2.weight", "grad"): walk(n, seed=2)}
-    r1, r2 = np.full(n, 1.5), np.ones(n)
-    r1[30:], r2[30:] = 1.5 * math.exp(2.3 * w), math.exp(2.8 * w)
+    # fc1's early ratios alternate 1.5 and 1.5 * 1.01: a band ten times as wide as fc2's, centred on
+    # 1.5 * sqrt(1.01); each late ratio is set by how many of its own band's widths it lies from the centre
+    w1 = math.log(1.01)
+    r1, r2 = np.where(np.arange(n) % 2 == 0, 1.5, 1.5 * 1.01), np.ones(n)
+    r1[30:], r2[30:] = 1.5 * math.exp(w1 / 2 + 2.3 * w1), math.exp(2.8 * w)
+    w = w1
     out = {("fc1.weight", "grad"): base[("fc1.weight", "grad")] * r1, ("fc2.weight", "grad"): base[
         ("fc2.weight", "grad")] * r2}
     fd = compare_monitors(frame(out, n), frame(base, n)).first_divergence()
     assert (fd.step, fd.name, fd.mode) == (30, "fc2.weight", "band")
-    out[("fc1.weight", "grad")][30:] *= math.exp(w)  # now fc1 is the farther one: 3.3 w
+    out[("fc1.weight", "grad")][30:] *= math.exp(w)  # now fc1 is the farther one: 3.3 of its widths
     assert compare_monitors(frame(out, n), frame(base, n)).first_divergence().name == "fc1.weight"
 
 
@@ -584,3 +588,106 @@ def test_the_last_early_step_is_part_of_the_band():
     r[BAND_STEPS:] = 1.0035
     a = frame({k: v * r for k, v in base.items()}, n)
     assert compare_monitors(a, frame(base, n)).first_divergence() is None
+
+
+def test_nan_learning_rates_on_both_sides_agree():
+    s = {("fc1.weight", "grad"): 1.0}
+    c = compare_monitors(frame(s, 3, lr={"lr": np.nan}), frame(s, 3, lr={"lr": np.nan}))
+    assert c.lr.empty
+
+
+def test_a_direction_exactly_at_its_minimum_does_not_part():
+    """direction_min 0.75 and histograms that overlap by exactly 0.75: not below it, in the table and in
+    the band mode; one count more and it is."""
+    n = 30
+    hb = {("w", "grad"): {"hist_0": [1] * n, "hist_1": [1] * n}}
+    ha = {("w", "grad"): {"hist_0": [1] * 25 + [3] * 5, "hist_1": [1] * n}}  # (3/4, 1/4) against (1/2, 1/2)
+    a = frame({("w", "grad"): walk(n) * 1.005}, n, extra=ha)
+    b = frame({("w", "grad"): walk(n)}, n, extra=hb)
+    c = compare_monitors(a, b, direction_min=0.75)
+    assert c.table["direction"].min() == 0.75 and not c.table["parts"].any()
+    assert c.first_divergence() is None
+    ha[("w", "grad")]["hist_0"] = [1] * 25 + [4] * 5  # overlap 0.7
+    fd = compare_monitors(frame({("w", "grad"): walk(n) * 1.005}, n, extra=ha), b, direction_min=0.75) \
+        .first_divergence()
+    assert fd.step == 25 and "direction similarity 0.700 (below 0.75)" in fd.reason
+    assert compare_monitors(a, b, direction_min=1.0).direction_min == 1.0  # the top of the range is allowed
+
+
+def test_a_norm_off_and_a_direction_low_in_one_row_parts():
+    ha = {("w", "grad"): {"hist_0": [1, 3], "hist_1": [1, 1]}}
+    hb = {("w", "grad"): {"hist_0": [1, 1], "hist_1": [1, 1]}}
+    c = compare_monitors(frame({("w", "grad"): [1.0, 2.0]}, 2, extra=ha), frame({("w", "grad"): 1.0}, 2, extra=hb))
+    assert list(c.table["parts"]) == [False, True]
+
+
+def test_a_learning_rate_change_before_a_norm_parts_first():
+    s = {("fc1.weight", "grad"): walk(10)}
+    s6 = {("fc1.weight", "grad"): np.r_[walk(10)[:6], walk(10)[6:] * 2]}
+    fd = compare_monitors(frame(s6, 10, lr={"lr": [0.1] * 4 + [0.2] * 6}), frame(s, 10, lr={"lr": 0.1})) \
+        .first_divergence()
+    assert (fd.step, fd.kind) == (4, "lr")
+
+
+def test_of_two_groups_the_one_that_changed_first_is_named():
+    s = {("fc1.weight", "grad"): 1.0}
+    lr_b = {"lr": 0.1, "lr/1": 0.01}
+    later_first_col = {"lr": [0.1] * 6 + [0.2] * 4, "lr/1": [0.01] * 4 + [0.02] * 6}
+    fd = compare_monitors(frame(s, 10, lr=later_first_col), frame(s, 10, lr=lr_b)).first_divergence()
+    assert (fd.step, fd.name) == (4, "fc2.weight")
+    same_step = {"lr": [0.1] * 4 + [0.2] * 6, "lr/1": [0.01] * 4 + [0.02] * 6}
+    fd = compare_monitors(frame(s, 10, lr=same_step), frame(s, 10, lr=lr_b)).first_divergence()
+    assert (fd.step, fd.name) == (4, "fc1.weight")  # the first group of the step
+
+
+def test_a_norm_turning_nan_on_one_side_is_a_difference():
+    n = 10
+    v = walk(n)
+    w = v.copy()
+    w[5] = np.nan
+    fd = compare_monitors(frame({("fc1.weight", "grad"): w}, n), frame({("fc1.weight", "grad"): v}, n)) \
+        .first_divergence()
+    assert (fd.step, fd.mode) == (5, "bitwise")
+
+
+def test_a_loss_divergence_is_rank_zeros_and_a_lower_loss_differs_too():
+    s = {("fc1.weight", "grad"): walk(20)}
+    loss = walk(20, seed=3)
+    lower = loss.copy()
+    lower[7:] -= 1e-9
+    fd = compare_monitors(frame(s, 20, loss=lower), frame(s, 20, loss=loss)).first_divergence()
+    assert (fd.step, fd.rank, fd.kind) == (7, 0, "scalar")
+
+
+def test_a_nan_loss_on_both_sides_at_the_first_step_is_equal():
+    s = {("fc1.weight", "grad"): walk(20)}
+    s5 = {("fc1.weight", "grad"): np.r_[walk(20)[:5], walk(20)[5:] * 1.5]}
+    loss = walk(20, seed=3)
+    loss[0] = np.nan
+    fd = compare_monitors(frame(s5, 20, loss=loss), frame(s, 20, loss=loss.copy())).first_divergence()
+    assert (fd.step, fd.mode) == (5, "bitwise")
+
+
+def test_what_happens_within_the_early_steps_makes_no_divergence():
+    """A side turning non-finite, or a direction drop, at the last early step: the band mode looks only
+    past the early steps."""
+    a, b, _ = _two_devices(40, None)
+    a.stats.loc[(a.stats["step"] == BAND_STEPS - 1) & (a.stats["name"] == "fc1.weight"), "norm"] = np.inf
+    assert compare_monitors(a, b).first_divergence() is None
+
+
+def test_in_band_mode_the_bench_side_turning_non_finite_parts_too():
+    a, b, _ = _two_devices(40, None)
+    b.stats.loc[(b.stats["step"] == 30) & (b.stats["name"] == "fc2.weight"), "norm"] = np.inf
+    fd = compare_monitors(a, b).first_divergence()
+    assert (fd.step, fd.name) == (30, "fc2.weight") and "(one side not finite)" in fd.reason
+
+
+def test_the_heat_map_of_one_rank_and_a_step_of_nan_ratios():
+    r1 = frame({("fc1.weight", "grad"): [5.0, np.nan]}, 2, rank=1)
+    r0 = frame({("fc1.weight", "grad"): [2.0, np.nan]}, 2, rank=0)
+    ones1, ones0 = frame({("fc1.weight", "grad"): 1.0}, 2, rank=1), frame({("fc1.weight", "grad"): 1.0}, 2, rank=0)
+    c = compare_monitors(_ranks(r1, r0), _ranks(ones1, ones0))  # rank 1's rows first
+    h = c.heatmap(rank=0)
+    assert list(h.columns) == [0, 1] and h.loc["fc1.weight", 0] == 2.0 and np.isnan(h.loc["fc1.weight", 1])
+    assert c.heatmap(rank=1).loc["fc1.weight", 0] == 5.0
