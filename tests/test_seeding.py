@@ -243,3 +243,51 @@ def test_an_unrecognised_cublas_setting_is_replaced(monkeypatch: pytest.MonkeyPa
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and report["env CUBLAS_WORKSPACE_CONFIG"].applied
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     assert "kept" in seed_all(3, mode=True, verbose=False)["env CUBLAS_WORKSPACE_CONFIG"].note
+
+
+@pytest.mark.usefixtures("clean_state")
+def test_the_defaults_and_the_cudnn_flags_as_reported() -> None:
+    enabled = torch.backends.cudnn.enabled
+    report = seed_all(verbose=False)
+    assert report.seed == 1234 and report.mode is False
+    assert torch.backends.cudnn.enabled == enabled  # cuDNN stays as it was unless asked
+    assert report["torch.backends.cudnn.deterministic"].value == "True"
+    assert report["torch.backends.cudnn.benchmark"].value == "False"
+    assert torch.backends.cudnn.deterministic is True and torch.backends.cudnn.benchmark is False
+
+
+@pytest.mark.usefixtures("clean_state")
+def test_a_kept_cublas_setting_counts_as_applied_and_only_cublas_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    monkeypatch.setenv("ATB_LLM_LCOC_ENABLE", ":16:8")  # a cuBLAS-looking value elsewhere is not kept
+    monkeypatch.setenv("HCCL_DETERMINISTIC", ":4096:8")
+    report = seed_all(4, mode=True, verbose=False)
+    assert report["env CUBLAS_WORKSPACE_CONFIG"].applied
+    assert os.environ["ATB_LLM_LCOC_ENABLE"] == "0" and os.environ["HCCL_DETERMINISTIC"] == "true"
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    report = seed_all(4, mode=True, verbose=False)
+    if not torch.cuda.is_available():  # the note says nothing of an initialised CUDA
+        assert report["env CUBLAS_WORKSPACE_CONFIG"].note == DETERMINISTIC_ENV["CUBLAS_WORKSPACE_CONFIG"][1]
+
+
+@pytest.mark.usefixtures("clean_state")
+def test_torch_npu_without_is_available_counts_as_no_npu(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Bare:
+        def manual_seed(self, seed: int) -> None:
+            pass
+
+        def manual_seed_all(self, seed: int) -> None:
+            pass
+
+    _fake_torch_npu(monkeypatch, Bare())
+    note = seed_all(5, verbose=False)["torch_npu.npu.manual_seed"].note
+    assert note == "torch_npu imported but no NPU available (seed queued for lazy init)"
+
+
+def test_the_html_greys_what_was_not_applied() -> None:
+    report = SeedReport(7, True)
+    report.add("random.seed", 7, True, "note a")
+    report.add("env X", "v", False, "skipped")
+    html = report._repr_html_()
+    assert "<tr style='color:inherit'><td><code>random.seed</code></td><td><code>7</code></td><td>&#10003;</td>" in html
+    assert "<tr style='color:gray'><td><code>env X</code></td><td><code>v</code></td><td>&mdash;</td>" in html

@@ -102,6 +102,9 @@ _OVERFLOW_EQUIVALENT: dict[tuple[int, str], str] = {
     (184, 'core/ReplaceComparisonOperator_Lt_LtE'):
         "moves the depth cap (a guard against a damaged parent cycle) by one",
     (184, 'core/NumberReplacer'): 'moves the depth cap (a guard against a damaged parent cycle) by one',
+    (188, 'core/NumberReplacer'):
+        "depth + 2: the cap against a damaged parent cycle stops at 128 levels, no module tree is that deep (+ 0 is "
+        "killed)",
     (187, 'core/ReplaceBreakWithContinue'):
         "after a match the walk goes on up the ancestors, none of which is the new call",
 }
@@ -245,12 +248,68 @@ _MONITOR_RULES_EQUIVALENT: dict[tuple[int, str], str] = {
         "c > -1: the first value's change lands in ring slot window - 1, overwritten before it is read",
 }
 
+#: seeding.py: reasons by (line, operator). "Needs CUDA" lines run only where torch.cuda is available (an
+#: accelerator session): on this CPU-only machine they are not reached, so no test here can judge them
+_CUDA = "needs CUDA (or cuDNN): not reached on a CPU-only machine; judged only where a GPU is lent"
+_SEEDING_EQUIVALENT: dict[tuple[int, str], str] = {
+    (23, "core/AddNot"): "the pandas import for annotations only: to_frame() imports it itself",
+    (98, "core/NumberReplacer"): "only the first three widths are read",
+    (177, "core/AddNot"): _CUDA, (178, "core/NumberReplacer"): _CUDA, (179, "core/AddNot"): _CUDA,
+    (192, "core/AddNot"): _CUDA, (195, "core/AddNot"): _CUDA, (199, "core/AddNot"): _CUDA,
+    (207, "core/ReplaceComparisonOperator_Eq_Is"): "the names are the interned literals of DETERMINISTIC_ENV",
+    (210, "core/ReplaceComparisonOperator_Eq_NotEq"): _CUDA, (210, "core/ReplaceComparisonOperator_Eq_Lt"): _CUDA,
+    (210, "core/ReplaceComparisonOperator_Eq_LtE"): _CUDA, (210, "core/ReplaceComparisonOperator_Eq_Gt"): _CUDA,
+    (210, "core/ReplaceComparisonOperator_Eq_GtE"): _CUDA, (210, "core/ReplaceComparisonOperator_Eq_Is"): _CUDA,
+    (210, "core/ReplaceComparisonOperator_Eq_IsNot"): _CUDA, (210, "core/AddNot"): _CUDA,
+    (210, "core/ReplaceAndWithOr"): _CUDA,
+}
+#: analysis/monitor_compare.py's equivalent survivors, by (line, operator)
+_MONITOR_COMPARE_EQUIVALENT: dict[tuple[int, str], str] = {
+    (43, "core/NumberReplacer"): "the table is indexed by bytes, 0-255: an extra entry is never read",
+    (85, "core/NumberReplacer"): "unreachable: an empty merge was skipped just before",
+    (88, "core/ReplaceTrueWithFalse"): "the directions are merged by their columns: their index is never read",
+    (100, "core/ReplaceBinaryOperator_BitAnd_Add"): "an or: a zero-sum histogram's NaN shares make the overlap NaN",
+    (100, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (100, "core/ReplaceBinaryOperator_BitAnd_BitOr"): "a zero-sum histogram's shares are NaN, whose overlap is NaN",
+    (114, "core/ReplaceComparisonOperator_Eq_LtE"): "the columns are 'lr' or 'lr/<i>': only 'lr' is <= 'lr'",
+    (114, "core/NumberReplacer"): "the column is 'lr/<i>': a second split finds nothing more",
+    (137, "core/ReplaceComparisonOperator_Eq_LtE"): "a norm is never negative",
+    (137, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (137, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (139, "core/ReplaceTrueWithFalse"): "name and kind are columns of one table: always as long",
+    (151, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (151, "core/ReplaceBinaryOperator_BitOr_BitXor"):
+        "(fa != fb) and (fa & fb & ...) never hold together (the off ^ low one is killed)",
+    (151, "core/ReplaceBinaryOperator_BitAnd_Add"): "(fa + fb) & x: where only one side is finite the row parts anyway",
+    (151, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (187, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR, (187, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (188, "core/ReplaceComparisonOperator_Eq_LtE"): "no step comes before the first",
+    (191, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (210, "core/ReplaceComparisonOperator_LtE_Lt"): "with exactly band_steps steps no step is past the early ones",
+    (223, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (223, "core/ReplaceBinaryOperator_BitOr_BitXor"):
+        "exclusive terms: one side non-finite makes the log ratio non-finite; no value is below lo and above hi",
+    (229, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (229, "core/ReplaceComparisonOperator_Eq_LtE"): "step is the first step of any row outside: none is earlier",
+    (233, "core/ReplaceComparisonOperator_NotEq_IsNot"): "numpy's two bools are singletons",
+    (255, "core/ReplaceComparisonOperator_Eq_LtE"): "step is the first step: none is earlier",
+    (256, "core/ReplaceOrWithAnd"): "the merged scalars hold loss_a and loss_b together or neither",
+    (263, "core/ReplaceOrWithAnd"): "the merged scalars hold loss_a and loss_b together or neither",
+    (259, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (259, "core/ReplaceBinaryOperator_BitOr_BitXor"): "a == b and both NaN never hold together",
+    (259, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (266, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR, (266, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (292, "core/NumberReplacer"): "the score s is never negative: fmax(s, -1) is fmax(s, 0)",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
 EQUIVALENT: dict[tuple[str, int, str], str] = {
     **{("store/hdf5_index.py", ln, op): why for (ln, op), why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/monitor_rules.py", ln, op): why for (ln, op), why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
     **{("precheck/standards.py", ln, op): why for (ln, op), why in _STANDARDS_EQUIVALENT.items()},
+    **{("seeding.py", ln, op): why for (ln, op), why in _SEEDING_EQUIVALENT.items()},
+    **{("analysis/monitor_compare.py", ln, op): why for (ln, op), why in _MONITOR_COMPARE_EQUIVALENT.items()},
     ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
     ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_NotEq"):
         "the shortcut for identical orders gives what the general walk gives; this one always walks",
