@@ -691,3 +691,31 @@ def test_the_heat_map_of_one_rank_and_a_step_of_nan_ratios():
     h = c.heatmap(rank=0)
     assert list(h.columns) == [0, 1] and h.loc["fc1.weight", 0] == 2.0 and np.isnan(h.loc["fc1.weight", 1])
     assert c.heatmap(rank=1).loc["fc1.weight", 0] == 5.0
+
+
+def test_a_row_that_differs_in_value_and_direction_at_once_is_the_divergence():
+    n = 10
+    ha = {("w", "grad"): {"hist_0": [1] * 5 + [3] * 5, "hist_1": [1] * n}}
+    hb = {("w", "grad"): {"hist_0": [1] * n, "hist_1": [1] * n}}
+    v = walk(n)
+    a = frame({("w", "grad"): np.r_[v[:5], v[5:] * 1.5]}, n, extra=ha)
+    fd = compare_monitors(a, frame({("w", "grad"): v}, n, extra=hb)).first_divergence()
+    assert (fd.step, fd.mode) == (5, "bitwise")
+
+
+def test_a_row_finite_on_the_npu_side_only_parts():
+    c = compare_monitors(frame({("w", "grad"): [1.0, 1.0]}, 2), frame({("w", "grad"): [1.0, np.inf]}, 2))
+    assert list(c.table["parts"]) == [False, True]
+
+
+def test_a_non_finite_value_inside_the_early_steps_is_no_divergence():
+    a, b, _ = _two_devices(40, None)
+    a.stats.loc[(a.stats["step"] == 10) & (a.stats["name"] == "fc1.weight"), "norm"] = np.nan
+    assert compare_monitors(a, b).first_divergence() is None
+
+
+def test_a_learning_rate_group_is_named_by_its_first_parameter():
+    s = {("fc1.weight", "grad"): 1.0}
+    groups = {"groups": [["a.w", "a.b"]]}
+    c = compare_monitors(frame(s, 2, lr={"lr": [0.1, 0.2]}, meta=groups), frame(s, 2, lr={"lr": 0.1}, meta=groups))
+    assert list(c.lr["name"]) == ["a.w"]

@@ -300,6 +300,22 @@ _MONITOR_COMPARE_EQUIVALENT: dict[tuple[int, str], str] = {
     (259, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
     (266, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR, (266, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
     (292, "core/NumberReplacer"): "the score s is never negative: fmax(s, -1) is fmax(s, 0)",
+    (73, "core/ReplaceBinaryOperator_BitAnd_BitOr"): "a rank with bitmaps on one side only merges to nothing",
+    (77, "core/ReplaceTrueWithFalse"): "the kept index column is never read: columns are read by name",
+    (134, "core/ReplaceComparisonOperator_NotEq_IsNot"): "'layer' is an interned literal, as the column names are",
+    (172, "core/ReplaceComparisonOperator_Eq_LtE"): "first_lr is the least step of the rows: none is earlier",
+    (187, "core/ReplaceBinaryOperator_BitOr_BitXor"): "na == nb and both NaN never hold together",
+    (196, "core/ReplaceComparisonOperator_Lt_LtE"): "a loss step equal to the step sets the same step",
+    (198, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (198, "core/ReplaceComparisonOperator_Eq_LtE"): "step is the least step that differs: none is earlier",
+    (217, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (223, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (235, "core/ReplaceComparisonOperator_Lt_LtE"):
+        "not equivalent, wording only: a row outside its band by its ratio whose direction sits exactly at the "
+        "minimum is worded by its direction; the step, row and band are the same",
+    (247, "core/NumberReplacer"): "_score's direction_min argument is not used",
+    (259, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (266, "core/ReplaceBinaryOperator_BitOr_BitXor"): "a == b and both NaN never hold together",
 }
 
 #: (module, line, operator) -> why the surviving mutant cannot change a result
