@@ -306,7 +306,7 @@ def test_a_length_that_shrinks_from_one_commit_to_the_next_is_refused_naming_it(
 
     def shrink(r):
         r[1, P[field]] = r[0, P[field]] - 1
-        r[2, P[field]] = before - 1
+        r[2, P[field]] = r[0, P[field]] - 2  # rows 1 and 2 shrink: the first is named
         r[1:, P["u8"]] = -5  # a later field shrinks too: the first is named
         return r
     first = int(rows[0, P[field]])
@@ -351,7 +351,7 @@ def test_a_dropped_steps_mark_must_repeat_the_lengths(tmp_path, healthy):
     ok = np.vstack([rows, mark])
     assert [int(s) for s in committed_rows(ok, Path("x"))[:, 0]] == [0, 1, 2, 3]
     bad = np.vstack([ok, ok[3:]])
-    bad[3:, P["u4"]] += 4  # rows 3 and 4
+    bad[3:, P["u4"]] += [4, 8]  # rows 3 and 4
     bad[4, P["step"]] = 4
     with pytest.raises(DumpFormatError, match=r"row 3 marks step 3 as dropped but changes the committed lengths"):
         committed_rows(bad, Path("x"))
@@ -405,7 +405,7 @@ def test_a_dataset_of_the_wrong_shape_is_refused(tmp_path, healthy):
     f = _rewrite(tmp_path / "b", healthy, lambda r: r)
     with h5py.File(f, "r+") as h:
         del h["tensors/u4"]
-        h.create_dataset("tensors/u4", shape=(4, 4), dtype="uint32")
+        h.create_dataset("tensors/u4", data=np.zeros((4, 4), "uint32"))
     _refused(f, r"the commit index says tensors/u4 has \d+ entries, but it holds 0")
 
 
