@@ -192,7 +192,7 @@ class MonitorComparison:
             loss_step = self._first_loss_difference()
             if not differs.any() and loss_step is None:
                 return None
-            step = int(steps[differs].min()) if differs.any() else loss_step
+            step = int(steps[differs].min()) if differs.any() else int(loss_step or 0)  # loss_step is set here
             if loss_step is not None and loss_step < step:
                 step = loss_step
             at = t.loc[differs & (steps == step)]
