@@ -483,6 +483,8 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("analysis/metrics.py", 153, "core/ReplaceComparisonOperator_Eq_LtE"): "a size is never negative",
     ("analysis/metrics.py", 206, "core/ReplaceComparisonOperator_Eq_LtE"): "ndim is never negative",
     ("analysis/metrics.py", 213, "core/ReplaceComparisonOperator_Eq_LtE"): "an empty tensor returned earlier",
+    ("analysis/metrics.py", 99, "core/ReplaceBinaryOperator_BitAnd_Pow"):
+        "~(equal ** x) on 0/1 ints keeps the truth of ~equal & x in its lowest bit (the other order is killed)",
     ("analysis/metrics.py", 201, "core/NumberReplacer"): "reshape(-2): numpy takes a negative size as the unknown one",
 }
 
