@@ -298,7 +298,7 @@ class DumpWriter:
                         vals = as_list(values)
                         if any(is_missing(v) for v in vals):
                             raise ValueError("missing values in a non-nullable integer column")
-                        arr = np.asarray([int(v) for v in vals], dtype=np.int64)
+                        arr = np.asarray([exact_int(v) for v in vals], dtype=np.int64)
                 info = np.iinfo(dtype)
                 if arr.size and (arr.min() < info.min or arr.max() > info.max):
                     raise ValueError(f"values out of {dtype} range")
@@ -326,7 +326,7 @@ class DumpWriter:
                 return nullable(values, n, -1, np.int8, bool)
         except ValueError as e:
             raise ValueError(f"column {col!r}: {e}") from None
-        except TypeError as e:
+        except (TypeError, OverflowError) as e:
             raise ValueError(f"column {col!r}: {e}") from None
         raise ValueError(f"column {col!r}: schema dtype {dtype!r} has no HDF5 encoding")  # pragma: no cover
 

@@ -1,0 +1,381 @@
+"""The HDF5 writer's rules, one by one (store/hdf5_writer.py, issue 36): steps keep their numbers, a dropped step
+is marked (also when the disk refused the mark at first), a step that failed leaves nothing behind, and each
+column's conversion accepts what the schema allows and names the column otherwise. Small files, no torch."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from msprobe_nb.store.hdf5_layout import COMMIT_MAGIC, INDEX_POS, INT_NA, TENSOR_CHUNK_BYTES
+from msprobe_nb.store.hdf5_reader import read_hdf5
+from msprobe_nb.store.hdf5_writer import DumpWriter
+from msprobe_nb.store.schema import Coded
+
+
+def _names(step: int, n: int = 2) -> dict[str, list]:
+    return {"name": [f"s{step}.n{k}" for k in range(n)], "numel": list(range(n))}
+
+
+def _steps(d: Path) -> list[int]:
+    return sorted(set(read_hdf5(d).calls["step"].tolist()))
+
+
+# ------------------------------------------------------------------ numbering and dropped steps
+def test_a_dropped_step_keeps_every_later_steps_number_and_is_listed_with_its_errno(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, _names(0))
+        w.write_step(1, _names(1))
+        w.mark_dropped(2, errno.ENOSPC)
+        w.write_step(3, _names(3))
+        w.mark_dropped(4)
+    parts = read_hdf5(d)
+    assert _steps(d) == [0, 1, 3]
+    assert parts.calls.loc[parts.calls["step"] == 3, "name"].tolist() == ["s3.n0", "s3.n1"]
+    assert parts.meta["dropped_steps"] == [2, 4]
+    why = {x["step"]: x["reason"] for x in parts.meta["dropped"]}
+    assert f"errno {errno.ENOSPC}" in why[2] and "ENOSPC" in why[2]
+    assert why[4] == "writing it failed"
+    assert parts.meta["partial_steps"] == []
+
+
+def test_an_errno_is_kept_to_sixteen_bits_and_never_spills_into_the_flags(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, _names(0))
+        w.mark_dropped(1, errno.EIO + 0x10000)
+        w.write_step(2, _names(2))
+    parts = read_hdf5(d)
+    assert parts.meta["dropped_steps"] == [1]
+    assert f"errno {errno.EIO} " in parts.meta["dropped"][0]["reason"]
+    assert parts.meta["partial_steps"] == [] and _steps(d) == [0, 2]
+
+
+def test_a_partial_step_is_flagged_and_its_rows_kept(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, _names(0))
+        w.write_step(1, _names(1), partial=True)
+    parts = read_hdf5(d)
+    assert parts.meta["partial_steps"] == [1] and parts.meta["dropped_steps"] == []
+    assert _steps(d) == [0, 1]
+
+
+def _refuse_index(monkeypatch, w: DumpWriter) -> None:
+    def full(n: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(w, "_reserve_index", full)
+
+
+def test_a_mark_the_disk_refused_is_written_before_the_next_commit(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, _names(0))
+        _refuse_index(monkeypatch, w)
+        w.mark_dropped(1, errno.ENOSPC)  # refused silently: the mark stays pending
+        w.mark_dropped(2, errno.ENOSPC)
+        monkeypatch.undo()
+        w.write_step(3, _names(3))
+        with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+            steps = h["index/steps"][:, 0].tolist()
+        assert steps[:4] == [0, 1, 2, 3]  # the marks in order, before the commit that followed them
+    parts = read_hdf5(d)
+    assert parts.meta["dropped_steps"] == [1, 2] and _steps(d) == [0, 3]
+
+
+def test_a_mark_still_pending_at_close_is_written_then(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    w = DumpWriter(d)
+    w.write_step(0, _names(0))
+    _refuse_index(monkeypatch, w)
+    w.mark_dropped(1, errno.ENOSPC)
+    monkeypatch.undo()
+    w.close()
+    w.close()  # twice is harmless
+    assert read_hdf5(d).meta["dropped_steps"] == [1]
+    assert "closed" in repr(w)
+
+
+def test_step_numbers_must_fit_int32_for_steps_and_marks(tmp_path):
+    with DumpWriter(tmp_path / "d") as w:
+        w.write_step(-(2 ** 31), _names(0))
+        w.write_step(2 ** 31 - 1, _names(1))
+        for bad in (2 ** 31, -(2 ** 31) - 1):
+            with pytest.raises(ValueError, match=f"step {bad} does not fit int32"):
+                w.write_step(bad, _names(2))
+            with pytest.raises(ValueError, match=f"step {bad} does not fit int32"):
+                w.mark_dropped(bad)
+        w.mark_dropped(2 ** 31 - 1)
+        w.mark_dropped(-(2 ** 31))
+        assert "2 step(s)" in repr(w)
+    assert _steps(tmp_path / "d") == [-(2 ** 31), 2 ** 31 - 1]
+
+
+def test_a_closed_writer_refuses_a_step(tmp_path):
+    w = DumpWriter(tmp_path / "d")
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.write_step(0, _names(0))
+
+
+def test_a_second_writer_for_an_existing_rank_file_is_refused(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, _names(0))
+    with pytest.raises(FileExistsError, match="rank0.h5"):
+        DumpWriter(d)
+    assert _steps(d) == [0]
+    assert not (d / "rank0.h5.tmp").exists()
+
+
+# ------------------------------------------------------------------ a failed step leaves nothing behind
+def test_a_step_refused_for_bad_input_leaves_no_string_or_shape_behind(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["a"], "shape": [(1,)]})
+        with pytest.raises(ValueError, match="counter"):
+            w.write_step(1, {"name": ["b", "c"], "shape": [(5, 5), (1,)], "counter": [1, 2 ** 40]})
+        w.write_step(2, {"name": ["c", "b", "a"], "shape": [(7,), (5, 5), (1,)]})
+        w.write_step(3, {"name": ["b"], "shape": [(5, 5)]})
+    calls = read_hdf5(d).calls
+    assert calls["name"].tolist() == ["a", "c", "b", "a", "b"]
+    assert calls["shape"].tolist() == [(1,), (7,), (5, 5), (1,), (5, 5)]
+    assert calls["step"].tolist() == [0, 2, 2, 2, 3]
+
+
+def test_a_step_whose_commit_failed_leaves_nothing_and_the_next_one_commits(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["a"], "shape": [(1,)]}, stacks={1: ["x.py:1"]})
+        real = w._append_index
+
+        def fail(row):
+            raise OSError(errno.EIO, "I/O error")
+        monkeypatch.setattr(w, "_append_index", fail)
+        with pytest.raises(OSError):
+            w.write_step(1, {"name": ["new", "a"], "shape": [(3, 3), (1,)], "stack_id": [2, 1]},
+                         stacks={2: ["y.py:2"]})
+        monkeypatch.setattr(w, "_append_index", real)
+        w.mark_dropped(1, errno.EIO)
+        w.write_step(2, {"name": ["new", "other"], "shape": [(3, 3), (2,)], "stack_id": [2, 1]},
+                     stacks={2: ["z.py:3"]})
+        assert w.steps_written == 2
+    parts = read_hdf5(d)
+    assert parts.calls["name"].tolist() == ["a", "new", "other"]
+    assert parts.calls["shape"].tolist() == [(1,), (3, 3), (2,)]
+    assert parts.calls["step"].tolist() == [0, 2, 2]
+    assert parts.meta["dropped_steps"] == [1]
+    assert parts.stacks[2] == ["z.py:3"] and parts.stacks[1] == ["x.py:1"]
+
+
+def test_the_first_step_failing_keeps_the_empty_string_as_id_zero(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        with pytest.raises(ValueError):
+            w.write_step(0, {"name": ["x", None], "counter": [0, 2 ** 40]})
+        w.write_step(1, {"name": [None, "y", ""], "family": ["f", "", None]})
+    calls = read_hdf5(d).calls
+    assert calls["name"].tolist() == ["", "y", ""]
+    assert calls["family"].tolist() == ["f", "", ""]
+
+
+# ------------------------------------------------------------------ the columns a step hands over
+def test_unknown_columns_and_unequal_lengths_are_named(tmp_path):
+    with DumpWriter(tmp_path / "d") as w:
+        with pytest.raises(ValueError, match=r"unknown column\(s\) \['nmae'\].*'name'"):
+            w.write_step(0, {"nmae": ["x"]})
+        with pytest.raises(ValueError, match="numel"):
+            w.write_step(0, {"name": ["x", "y"], "numel": [1]})
+        w.write_step(0, {})
+    assert read_hdf5(tmp_path / "d").calls.empty
+
+
+@pytest.mark.parametrize("col, bad, ok", [("step", 4, 3), ("rank", 0, 2)])
+def test_a_step_or_rank_column_must_agree_with_the_writer(tmp_path, col, bad, ok):
+    with DumpWriter(tmp_path / "d", rank=2) as w:
+        with pytest.raises(ValueError, match=f"column '{col}' disagrees with the writer"):
+            w.write_step(3, {"name": ["x", "y"], col: [ok, bad]})
+        w.write_step(3, {"name": ["x", "y"], col: [ok, ok]})
+    calls = read_hdf5(tmp_path / "d").calls
+    assert calls["step"].tolist() == [3, 3] and calls["rank"].tolist() == [2, 2]
+
+
+def test_integer_columns_take_whole_floats_and_name_what_they_refuse(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"call_index": np.array([1.0, 2.0]), "counter": [2 ** 31 - 1, -(2 ** 31)],
+                         "stack_id": np.array([True, False])})
+        for col, vals, what in [("call_index", np.array([1.5, 2.0]), r"column 'call_index': 1\.5 is not"),
+                                ("call_index", np.array([np.inf, 2.0]), "call_index"),
+                                ("call_index", [1, None], "missing values"),
+                                ("counter", [2 ** 31, 0], "out of int32 range"),
+                                ("counter", [-(2 ** 31) - 1, 0], "out of int32 range"),
+                                ("call_index", ["1", "x"], "call_index"),
+                                ("call_index", [1.5, 2], r"column 'call_index': 1\.5 is not an integer"),
+                                ("call_index", [float("inf"), 2], "column 'call_index'"),
+                                ("numel", np.array([2.5, np.nan]), r"column 'numel': 2\.5 is not an integer"),
+                                ("numel", np.array([np.inf, 1.0]), r"column 'numel': inf is not an integer"),
+                                ("tensor_id", [1.5, None], "column 'tensor_id'")]:
+            with pytest.raises(ValueError, match=what):
+                w.write_step(1, {"name": ["a", "b"], col: vals})
+        w.write_step(1, {"call_index": [3, "4"], "counter": np.array([5, 6], np.uint8),
+                         "numel": np.array([3.0, np.nan])})
+    calls = read_hdf5(d).calls
+    assert calls["call_index"].tolist() == [1, 2, 3, 4]
+    assert calls["counter"].tolist() == [2 ** 31 - 1, -(2 ** 31), 5, 6]
+    assert calls["stack_id"].tolist() == [1, 0, -1, -1]
+    assert calls["numel"].tolist()[2] == 3 and pd.isna(calls["numel"].iloc[3]) and pd.isna(calls["numel"].iloc[0])
+
+
+def test_nullable_integer_and_boolean_columns(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"numel": np.array([1, 2 ** 62], np.int64), "requires_grad": [True, None],
+                         "is_kwarg": np.array([1, 0]), "nan_count": [None, 3]})
+        w.write_step(1, {"numel": np.array([7, 8], np.uint32), "is_kwarg": [None, True],
+                         "requires_grad": [False, 0]})
+        with pytest.raises(ValueError, match=f"numel.*{INT_NA}.*reserved"):
+            w.write_step(2, {"numel": np.array([INT_NA, 1], np.int64)})
+    calls = read_hdf5(d).calls
+    assert calls["numel"].tolist() == [1, 2 ** 62, 7, 8]
+    assert calls["requires_grad"].tolist()[:1] == [True] and pd.isna(calls["requires_grad"].iloc[1])
+    assert calls["requires_grad"].tolist()[2:] == [False, False]
+    assert calls["is_kwarg"].tolist() == [True, False, False, True]
+    assert pd.isna(calls["nan_count"].iloc[0]) and calls["nan_count"].tolist()[1] == 3
+    assert pd.isna(calls["nan_count"].iloc[2])  # not handed over: missing, not 0
+
+
+def test_float_columns_take_missing_values_as_nan(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"max": [1.5, None, "2"], "min": np.array([1, 2, 3])})
+    calls = read_hdf5(d).calls
+    assert calls["max"].iloc[0] == 1.5 and np.isnan(calls["max"].iloc[1]) and calls["max"].iloc[2] == 2.0
+    assert calls["min"].tolist() == [1.0, 2.0, 3.0]
+    assert np.isnan(calls["mean"]).all()
+
+
+def test_shapes_must_be_tuples_of_non_negative_ints(tmp_path):
+    with DumpWriter(tmp_path / "d") as w:
+        with pytest.raises(ValueError, match=r"column 'shape' row 1.*negative dimension"):
+            w.write_step(0, {"shape": [(1,), (2, -1)]})
+        with pytest.raises(ValueError, match="column 'shape' row 0"):
+            w.write_step(0, {"shape": ["ab"]})
+        w.write_step(0, {"shape": [[2, 3], (2, 3), None, ()]})
+    assert read_hdf5(tmp_path / "d").calls["shape"].tolist() == [(2, 3), (2, 3), None, ()]
+
+
+def test_coded_columns_check_their_codes_for_each_number_of_values(tmp_path):
+    d = tmp_path / "d"
+    codes = np.array([0, 1, 1])
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": Coded(codes, ("a", "b")), "family": Coded(codes, ("f", "g"))})
+        for bad in (np.array([0, 2, 1]), np.array([-1, 0, 0]), np.array([0.0, 1.0, 1.0])):
+            with pytest.raises(ValueError, match=r"column 'name': codes must be integers in \[0, 2\)"):
+                w.write_step(1, {"name": Coded(bad, ("a", "b"))})
+        # the same codes array with fewer values is checked again, not taken as checked
+        with pytest.raises(ValueError, match=r"column 'family': codes must be integers in \[0, 1\)"):
+            w.write_step(1, {"name": Coded(codes, ("a", "b")), "family": Coded(codes, ("f",))})
+        w.write_step(1, {"name": Coded(np.array([], np.int64), ("a",))})
+    calls = read_hdf5(d).calls
+    assert calls["name"].tolist() == ["a", "b", "b"] and calls["family"].tolist() == ["f", "g", "g"]
+
+
+def test_repeated_columns_are_reused_only_when_equal_and_of_the_same_type(tmp_path):
+    d = tmp_path / "d"
+    names = ("a", "b")
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": names, "counter": (1, 2), "shape": ((1,), (2,))})
+        w.write_step(1, {"name": names, "counter": (1, 2), "shape": ((1,), (2,))})
+        w.write_step(2, {"name": ("a", "c"), "counter": (1, 3), "shape": ((1,), (3,))})
+        w.write_step(3, {"name": ["a", "c"], "counter": [1, 3], "shape": [(1,), (3,)]})
+        w.write_step(4, {"counter": (1, 3)})  # name not handed over: defaults, not step 3's names
+        w.write_step(5, {"name": ("a", "c")})
+    calls = read_hdf5(d).calls
+    assert calls["name"].tolist() == ["a", "b", "a", "b", "a", "c", "a", "c", "", "", "a", "c"]
+    assert calls["counter"].tolist() == [1, 2, 1, 2, 1, 3, 1, 3, 1, 3, 0, 0]
+    assert calls["shape"].tolist()[:8] == [(1,), (2,), (1,), (2,), (1,), (3,), (1,), (3,)]
+
+
+# ------------------------------------------------------------------ stacks, construct, tensors
+def test_stacks_are_written_once_per_id_and_checked(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"stack_id": [1]}, stacks={1: ["a.py:1", "b.py:2"], 3: "one.py:9"})
+        w.write_step(1, {"stack_id": [1]}, stacks={1: ["changed.py:1"], 2: ["c.py:3"]})
+        with pytest.raises(ValueError, match=f"stack id {2 ** 31} does not fit int32"):
+            w.write_step(2, {}, stacks={2 ** 31: ["x"]})
+    stacks = read_hdf5(d).stacks
+    assert stacks[1] == ["a.py:1", "b.py:2"] and stacks[2] == ["c.py:3"] and stacks[3] == ["one.py:9"]
+    assert set(stacks) == {1, 2, 3}
+
+
+def test_construct_parents_missing_or_named(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {}, construct={"Module.a.forward.0": None, "Module.b.forward.0": "Module.a.forward.0"})
+        w.write_step(1, {}, construct={"Module.c.forward.0": float("nan")})
+    con = read_hdf5(d).construct
+    flat = {k: v for part in (con.values() if all(isinstance(v, dict) for v in con.values()) else [con])
+            for k, v in part.items()}
+    assert flat["Module.b.forward.0"] == "Module.a.forward.0"
+    assert flat["Module.a.forward.0"] is None and flat["Module.c.forward.0"] is None
+
+
+def test_each_steps_tensors_start_on_a_fresh_chunk_and_read_back_exactly(tmp_path):
+    import torch  # tensors are read back as torch tensors
+
+    d = tmp_path / "d"
+    a = np.arange(10, dtype=np.float32)
+    b = np.arange(3, dtype=np.float64) / 3
+    c = np.arange(5, dtype=np.int16)
+    with DumpWriter(d, meta={"task": "tensor"}) as w:
+        w.write_step(0, {"data_name": ["a", "b"]}, tensors={"a": a, "b": b})
+        w.write_step(1, {"data_name": ["c", "a2"]}, tensors={"c": c, "a2": a + 1})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        rows = h["index/steps"][()]
+    rows = rows[rows[:, INDEX_POS["commit"]] == COMMIT_MAGIC]
+    chunk4, chunk2 = TENSOR_CHUNK_BYTES // 4, TENSOR_CHUNK_BYTES // 2
+    # the committed end of each buffer: step 1 starts on the chunk after step 0's, so a committed compressed
+    # chunk is never written again
+    assert rows[:, INDEX_POS["u4"]].tolist() == [chunk4, 2 * chunk4]
+    assert rows[:, INDEX_POS["u8"]].tolist() == [TENSOR_CHUNK_BYTES // 8] * 2
+    assert rows[:, INDEX_POS["u2"]].tolist() == [0, chunk2]
+    parts = read_hdf5(d)
+    for name, want in (("a", a), ("b", b), ("c", c), ("a2", a + 1)):
+        got = parts.tensor_loader(name)
+        assert torch.equal(got, torch.from_numpy(want)), name
+
+
+@pytest.mark.parametrize("kw, filt", [({}, "lzf"), ({"compression": 0}, "gzip"), ({"compression": 9}, "gzip"),
+                                      ({"tensor_compression": None}, None), ({"tensor_compression": "lzf"}, "lzf"),
+                                      ({"compression": 4, "tensor_compression": 1}, "gzip")])
+def test_compression_options_reach_the_files_datasets(tmp_path, kw, filt):
+    d = tmp_path / "d"
+    with DumpWriter(d, **kw) as w:
+        w.write_step(0, {"name": ["x"]}, tensors={"t": np.ones(4, np.float32)})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        assert h["tensors/u4"].compression == filt
+        assert h["tensors/u1"].shuffle is False
+        assert h["calls/name"].compression == ("gzip" if isinstance(kw.get("compression"), int) else "lzf")
+        if isinstance(kw.get("tensor_compression"), int):
+            assert h["tensors/u4"].compression_opts == kw["tensor_compression"]
+    assert read_hdf5(d).calls["name"].tolist() == ["x"]
+
+
+@pytest.mark.parametrize("kw, what", [({"compression": 10}, "compression"), ({"compression": -1}, "compression"),
+                                      ({"compression": True}, "compression"), ({"compression": "gzip"}, "compression"),
+                                      ({"tensor_compression": 10}, "tensor_compression"),
+                                      ({"tensor_compression": "zstd"}, "tensor_compression")])
+def test_bad_compression_options_are_refused_and_leave_no_file(tmp_path, kw, what):
+    d = tmp_path / "d"
+    with pytest.raises(ValueError, match=what):
+        DumpWriter(d, **kw)
+    assert not (d / "rank0.h5").exists() and not (d / "rank0.h5.tmp").exists()
+    with DumpWriter(d) as w:  # the rank is free again: the failed writer released its lock
+        w.write_step(0, {"name": ["x"]})
