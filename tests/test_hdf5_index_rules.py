@@ -512,6 +512,11 @@ def test_a_scalar_dataset_where_a_column_or_a_buffer_belongs_is_refused(tmp_path
         del h["tensors/u2"]
         h.create_dataset("tensors/u2", data=np.uint16(3))
     _refused(f, r"the commit index says tensors/u2 has 0 entries, but it holds 0")
+    f = _rewrite(tmp_path / "c", healthy, lambda r: r)
+    with h5py.File(f, "r+") as h:  # 2-D, and no entry of it is needed: refused all the same
+        del h["tensors/u2"]
+        h.create_dataset("tensors/u2", data=np.zeros((4, 4), "uint16"))
+    _refused(f, r"the commit index says tensors/u2 has 0 entries, but it holds 0")
 
 
 def test_a_buffer_stored_whole_but_never_written_is_refused(tmp_path, healthy):
