@@ -152,7 +152,7 @@ def _first_in_group(g: pd.DataFrame, th: Thresholds, stack_of: Callable | None, 
         npu = g["match"] != "bench_only"
         first = g[npu].drop_duplicates("call").set_index("call")["call_index"]
         bench_args = one & ~npu.to_numpy()
-        g.loc[bench_args, "call_index"] = g.loc[bench_args, "call"].map(first).to_numpy()
+        g.loc[bench_args, "call_index"] = g.loc[bench_args, "call"].map(first).to_numpy(dtype=np.int64)
         g = g[npu.to_numpy() | one]
     else:
         g = g[g["match"] != "bench_only"]
