@@ -253,9 +253,10 @@ def test_nullable_integer_and_boolean_columns(tmp_path):
 def test_float_columns_take_missing_values_as_nan(tmp_path):
     d = tmp_path / "d"
     with DumpWriter(d) as w:
-        w.write_step(0, {"max": [1.5, None, "2"], "min": np.array([1, 2, 3])})
+        w.write_step(0, {"max": [1.5, None, "2"], "min": np.array([1, 2, 3]), "norm": [pd.NA, 2.5, None]})
     calls = read_hdf5(d).calls
     assert calls["max"].iloc[0] == 1.5 and np.isnan(calls["max"].iloc[1]) and calls["max"].iloc[2] == 2.0
+    assert np.isnan(calls["norm"].iloc[0]) and calls["norm"].iloc[1] == 2.5 and np.isnan(calls["norm"].iloc[2])
     assert calls["min"].tolist() == [1.0, 2.0, 3.0]
     assert np.isnan(calls["mean"]).all()
 
@@ -361,7 +362,8 @@ def test_compression_options_reach_the_files_datasets(tmp_path, kw, filt):
         w.write_step(0, {"name": ["x"]}, tensors={"t": np.ones(4, np.float32)})
     with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
         assert h["tensors/u4"].compression == filt
-        assert h["tensors/u1"].shuffle is False
+        assert h["tensors/u1"].shuffle is False  # bytes have nothing to shuffle
+        assert all(h[f"tensors/u{w}"].shuffle is (filt is not None) for w in (2, 4, 8))
         assert h["calls/name"].compression == ("gzip" if isinstance(kw.get("compression"), int) else "lzf")
         if isinstance(kw.get("tensor_compression"), int):
             assert h["tensors/u4"].compression_opts == kw["tensor_compression"]
@@ -379,3 +381,44 @@ def test_bad_compression_options_are_refused_and_leave_no_file(tmp_path, kw, wha
     assert not (d / "rank0.h5").exists() and not (d / "rank0.h5.tmp").exists()
     with DumpWriter(d) as w:  # the rank is free again: the failed writer released its lock
         w.write_step(0, {"name": ["x"]})
+
+
+def test_hundreds_of_steps_and_marks_keep_their_numbers_across_index_blocks(tmp_path):
+    d = tmp_path / "d"
+    dropped = set(range(3, 700, 7))
+    with DumpWriter(d) as w:
+        for s in range(700):
+            if s in dropped:
+                w.mark_dropped(s)
+            else:
+                w.write_step(s, {"name": [f"n{s}"]})
+    parts = read_hdf5(d)
+    assert parts.meta["dropped_steps"] == sorted(dropped)
+    assert parts.calls["step"].tolist() == [s for s in range(700) if s not in dropped]
+    assert parts.calls["name"].tolist() == [f"n{s}" for s in range(700) if s not in dropped]
+
+
+def test_nullable_integer_columns_and_only_they_declare_their_na_value(tmp_path):
+    # a reader of the file in another language learns the <NA> marker from the attribute (docs/hdf5_schema.md)
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["x"]})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        enc = {c: h[f"calls/{c}"].attrs["encoding"] for c in h["calls"]}
+        na = {c: int(h[f"calls/{c}"].attrs["na_value"]) for c in h["calls"] if "na_value" in h[f"calls/{c}"].attrs}
+    nullable = {c for c, e in enc.items() if e == "nullable_int64"}
+    assert nullable >= {"numel", "nan_count", "tensor_id"}
+    assert na == dict.fromkeys(nullable, INT_NA)
+
+
+def test_stack_ids_at_the_ends_of_int32_and_handed_in_any_order(tmp_path):
+    d = tmp_path / "d"
+    lo, hi = -(2 ** 31), 2 ** 31 - 1
+    with DumpWriter(d) as w:
+        w.write_step(0, {"stack_id": [hi, lo, 5, 2]}, stacks={hi: ["hi.py:1"], lo: ["lo.py:1"], 5: ["five.py:5"],
+                                                              2: ["two.py:2"], -70: ["neg.py:70"]})
+        for bad in (2 ** 31, lo - 1):
+            with pytest.raises(ValueError, match=f"stack id {bad} does not fit int32"):
+                w.write_step(1, {}, stacks={bad: ["x"]})
+    stacks = read_hdf5(d).stacks
+    assert stacks == {hi: ["hi.py:1"], lo: ["lo.py:1"], 5: ["five.py:5"], 2: ["two.py:2"], -70: ["neg.py:70"]}
