@@ -81,6 +81,12 @@ MUTANTS = [
      [f"{T}/test_monitor_compare_rules.py::test_the_loss_can_be_the_first_value_that_differs"]),
     ("band-edge-inside", "analysis/monitor_compare.py", "((lr < lo) | (lr > hi))", "((lr <= lo) | (lr >= hi))",
      [f"{T}/test_monitor_compare_rules.py::test_a_ratio_exactly_on_its_bands_edge_stays_inside"]),
+    ("whole-ints-only", "store/hdf5_writer.py", "arr = np.asarray([exact_int(v) for v in vals], dtype=np.int64)",
+     "arr = np.asarray([int(v) for v in vals], dtype=np.int64)",
+     [f"{T}/test_hdf5_writer_rules.py::test_integer_columns_take_whole_floats_and_name_what_they_refuse"]),
+    ("index-extent-blocks", "store/hdf5_writer.py", "(-(-end // INDEX_BLOCK) * INDEX_BLOCK,",
+     "(-(-end // INDEX_BLOCK) | INDEX_BLOCK,", [f"{T}/test_hdf5_writer_rules.py::"
+                                               "test_hundreds_of_steps_and_marks_keep_their_numbers_across_index_blocks"]),
 ]
 
 
