@@ -420,3 +420,33 @@ def test_md5_mode_has_no_call_rules():
 def test_one_call_name_in_two_pairs_is_two_calls():
     rows = [_row(io="input", pair=0, norm_rel=0.0), _row(io="output", pair=1, norm_rel=0.9)]
     assert _grade(rows)[0] == ["pass", "pass"]
+
+
+# ------------------------------------------------------------------- mutation survivors (issue 36, group GD)
+def test_kinds_that_differ_either_way_round_are_both_found():
+    assert _one(npu_kind="value", bench_kind="tensor", comparable=False) == (
+        "error", ["error: kind differs: NPU value, bench tensor (not compared)"])
+
+
+def test_a_bench_tensor_full_of_nan_against_a_finite_npu_one_warns():
+    nan = math.nan
+    assert _one(bench_max=nan, bench_min=nan) == (
+        "warning", ["warning: NaN/inf in the bench tensor (max nan, min nan), not in the NPU one"])
+    assert _one(npu_max=nan, npu_min=nan)[0] == "error"
+
+
+def test_an_output_against_an_all_zero_bench_is_wholly_off_when_the_inputs_agree():
+    # bench output all zeros: |norm diff| is the NPU norm itself, 100 % of it
+    res, why = _stats_call(0.0, math.inf, near_zero="norm", norm_diff=2.0, npu_norm=2.0, bench_norm=0.0)
+    assert res == "error" and "error: NormRelativeErr of this output 100% > 50% while the inputs agree " \
+        "(largest input NormRelativeErr 0%)" in why
+
+
+def test_inputs_that_disagree_in_statistics_mode_are_no_reference():
+    assert _stats_call(0.5, 0.9) == ("pass", [])  # 1.8x the inputs' error: no growth warning either
+
+
+def test_the_cosine_warning_holds_for_an_output_in_the_tables_first_row():
+    rows = [_row(io="output", cosine=0.5), _row(io="input", cosine=1.0, one_thousandth=1.0)]
+    assert _grade(rows, mode="tensor") == (["warning", "pass"], [
+        ["warning: Cosine drops from 1 (inputs) to 0.5 (this output)"], []])

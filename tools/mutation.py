@@ -340,8 +340,28 @@ _MONITOR_COMPARE_EQUIVALENT: dict[tuple[int, str], str] = {
     (266, "core/ReplaceBinaryOperator_BitOr_BitXor"): "a == b and both NaN never hold together",
 }
 
+#: analysis/grading.py's equivalent survivors, by (line, operator) (issue 36, group GD; older ones below)
+_GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
+    (148, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (221, 231, 245, 257, 265, 356)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (272, 361)},
+    (257, "core/ReplaceComparisonOperator_Eq_GtE"): "kind is tensor, value, none or '': only 'value' is >= 'value'",
+    (314, "core/NumberReplacer"):
+        "the multiplier need only exceed the largest call code: initial=1 (or + 2) keeps one code per (pair, call)",
+    (322, "core/ReplaceComparisonOperator_Eq_Is"): "how is one of this module's interned literals 'max' and 'min'",
+    (329, "core/ReplaceUnaryOperator_USub_Not"):
+        "initial=0 differs from -1 for an empty table only: one spare 'no row' entry, never selected",
+    (334, "core/ReplaceComparisonOperator_Eq_LtE"): "how is 'max' or 'min': only 'max' is <= 'max'",
+    (348, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"):
+        "near-zero masks are 4 bits (0-15): near // 8 > 0 exactly when bit 8 is set",
+    (366, "core/ReplaceComparisonOperator_Gt_NotEq"):
+        "a is the largest input NormRelativeErr, never negative (nor NaN there): != 0 is > 0",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    **{("analysis/grading.py", ln, op): why for (ln, op), why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", ln, op): why for (ln, op), why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/monitor_rules.py", ln, op): why for (ln, op), why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
