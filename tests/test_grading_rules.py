@@ -450,3 +450,14 @@ def test_the_cosine_warning_holds_for_an_output_in_the_tables_first_row():
     rows = [_row(io="output", cosine=0.5), _row(io="input", cosine=1.0, one_thousandth=1.0)]
     assert _grade(rows, mode="tensor") == (["warning", "pass"], [
         ["warning: Cosine drops from 1 (inputs) to 0.5 (this output)"], []])
+
+
+def test_md5_mode_read_from_a_file_judges_the_hashes():
+    mode = "".join(["md", "5"])  # not the interned literal
+    assert _one(mode=mode, npu_hash="ab", bench_hash="cd") == ("error", ["error: content hash differs: ab vs cd"])
+
+
+def test_an_output_without_a_norm_error_is_never_the_worst_one():
+    rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.3),
+            _row(io="output", arg="1", norm_rel=math.nan)]
+    assert _grade(rows)[0] == ["pass", "warning", "pass"]

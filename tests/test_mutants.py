@@ -87,6 +87,11 @@ MUTANTS = [
     ("index-extent-blocks", "store/hdf5_writer.py", "(-(-end // INDEX_BLOCK) * INDEX_BLOCK,",
      "(-(-end // INDEX_BLOCK) | INDEX_BLOCK,", [f"{T}/test_hdf5_writer_rules.py::"
                                                "test_hundreds_of_steps_and_marks_keep_their_numbers_across_index_blocks"]),
+    ("zero-bench-norm", "analysis/grading.py", 'np.abs(_arr(t, "norm_diff")) / np.abs(',
+     'np.abs(_arr(t, "norm_diff")) % np.abs(', [f"{T}/test_grading_rules.py::"
+                                                "test_an_output_against_an_all_zero_bench_is_wholly_off_when_the_inputs_agree"]),
+    ("npu-only-argument", "analysis/divergence.py", '.map(first).to_numpy(dtype=np.int64)', '.map(first).to_numpy()',
+     [f"{T}/test_divergence_rules.py::test_an_argument_passed_on_one_side_only_is_an_argument_that_differs"]),
 ]
 
 

@@ -29,7 +29,7 @@ MODULES: dict[str, list[str]] = {
     "analysis/rank_order.py": ["test_rank_order_rules.py", "test_ranks.py"],
     "analysis/overflow.py": ["test_overflow.py"],
     "analysis/metrics.py": ["test_metrics_rules.py", "test_metrics.py"],
-    "analysis/divergence.py": ["test_divergence.py"],
+    "analysis/divergence.py": ["test_divergence_rules.py", "test_divergence.py"],
     # -x: the rules file kills most mutants first; only its survivors pay for test_divergence.py (~2 s)
     "analysis/grading.py": ["test_grading_rules.py", "test_divergence.py"],
     "analysis/matching.py": ["test_compare_msprobe.py"],
@@ -344,12 +344,16 @@ _MONITOR_COMPARE_EQUIVALENT: dict[tuple[int, str], str] = {
 _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (148, "core/ReplaceComparisonOperator_Eq_LtE"):
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (221, 231, 245, 257, 265, 356)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (221, 231, 245, 257, 261, 265, 356)},
+    (149, "core/NumberReplacer"): "len(idx) == -1 never holds: an empty selection adds nothing anyway (== 1 is killed)",
+    (149, "core/ReplaceComparisonOperator_Eq_Lt"): "a length is never negative; an empty selection adds nothing anyway",
+    (332, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (272, 361)},
     (257, "core/ReplaceComparisonOperator_Eq_GtE"): "kind is tensor, value, none or '': only 'value' is >= 'value'",
     (314, "core/NumberReplacer"):
         "the multiplier need only exceed the largest call code: initial=1 (or + 2) keeps one code per (pair, call)",
     (322, "core/ReplaceComparisonOperator_Eq_Is"): "how is one of this module's interned literals 'max' and 'min'",
+    (334, "core/ReplaceComparisonOperator_Eq_Is"): "how is one of this module's interned literals 'max' and 'min'",
     (329, "core/ReplaceUnaryOperator_USub_Not"):
         "initial=0 differs from -1 for an empty table only: one spare 'no row' entry, never selected",
     (334, "core/ReplaceComparisonOperator_Eq_LtE"): "how is 'max' or 'min': only 'max' is <= 'max'",
