@@ -461,3 +461,14 @@ def test_an_output_without_a_norm_error_is_never_the_worst_one():
     rows = [_row(io="input", norm_rel=0.0), _row(io="output", arg="0", norm_rel=0.3),
             _row(io="output", arg="1", norm_rel=math.nan)]
     assert _grade(rows)[0] == ["pass", "warning", "pass"]
+
+
+def test_requires_grad_that_differs_either_way_round_is_found():
+    assert _one(npu_requires_grad=False, bench_requires_grad=True) == (
+        "error", ["error: requires_grad differs: NPU False, bench True"])
+
+
+def test_a_value_not_comparable_is_said_once_by_the_dtype_rule():
+    kw = dict(kind="value", npu_kind="value", bench_kind="value", npu_dtype="int", bench_dtype="str")
+    assert _one(npu_value="3", bench_value="'3'", comparable=False, **kw) == (
+        "error", ["error: dtype differs: int vs str (not compared, bench shown as N/A)"])

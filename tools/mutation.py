@@ -361,6 +361,8 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
         "near-zero masks are 4 bits (0-15): near // 8 > 0 exactly when bit 8 is set",
     (366, "core/ReplaceComparisonOperator_Gt_NotEq"):
         "a is the largest input NormRelativeErr, never negative (nor NaN there): != 0 is > 0",
+    (366, "core/ReplaceComparisonOperator_Eq_LtE"): "a is the largest input NormRelativeErr, never negative",
+    (289, "core/NumberReplacer"): "only an empty table has no labels: its codes are empty, the fallback is never read",
 }
 
 #: (module, line, operator) -> why the surviving mutant cannot change a result
