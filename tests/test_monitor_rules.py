@@ -10,8 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from msprobe_nb.store.monitor_rules import MAD_TO_SIGMA, REFRESH, AlertRules, alert_message
+from msprobe_nb.store.monitor_rules import AlertRules, alert_message
 from msprobe_nb.store.monitor_schema import THRESHOLDS
+
+#: docs/monitor.md's figures, written out (not imported: the module's own constants would follow a change)
+MAD_TO_SIGMA = 1.4826  # a normal sample's standard deviation per median absolute deviation
+REFRESH = 8  # a series' median change and spread are refreshed every 8 of its values
 
 
 def _definition(values: dict[int, float], warmup, window, spike_z, spike_ratio, direction_drop, spike_floor,

@@ -205,7 +205,7 @@ _HDF5_INDEX_EQUIVALENT: dict[tuple[int, str], str] = {
 }
 
 #: store/monitor_rules.py: (line, operator) -> why the surviving mutant cannot change a result
-_MONITOR_RULES_EQUIVALENT: dict[tuple[int, str], str] = {
+_MONITOR_RULES_EQUIVALENT: dict[tuple, str] = {
     (74, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'spike_floor is checked >= 0 in __init__: != 0 is > 0',
     (75, 'core/NumberReplacer'):
         'one spare zero row at the start, as _grow adds: rows are read by series id, the extra last one never',
@@ -268,6 +268,30 @@ _MONITOR_RULES_EQUIVALENT: dict[tuple[int, str], str] = {
         'refresh reads that slot',
     (145, 'core/NumberReplacer'):
         "c > -1: the first value's change lands in ring slot window - 1, overwritten before it is read",
+    (107, 'core/ReplaceComparisonOperator_Eq_Lt'): 'k is one of n: (n < k).all() is never true, the general case '
+                                                  'selects the same rows',
+    (107, 'core/ReplaceComparisonOperator_Eq_GtE'):
+        'k goes up (n[0] alone, or np.unique, sorted): rows of a larger n are overwritten by their own k later',
+    (107, 'core/AddNot'): 'series is never empty here: the general selection of the rows with n == k is taken',
+    (136, 'core/ReplaceComparisonOperator_Gt_GtE'): "a bar of 0 with dev > 0: numpy's dev / 0 is inf too",
+    (165, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (169, 'core/NumberReplacer'): 'the placeholder of values not ok, which are neither judged nor kept',
+    (173, 'core/NumberReplacer'): 'count[-1] for count[0]: the steady case needs every count equal to it',
+    (174, 'core/ReplaceComparisonOperator_GtE_Is'):
+        'c0 is warmup only when equal (small ints): else the general case, which gives the same alerts',
+    (174, 'core/ReplaceUnaryOperator_Delete_Not'):
+        'out is only non-empty with a non-finite value, when ok.all() fails: the general case is taken either way',
+    (176, 'core/ReplaceComparisonOperator_GtE_Is'):
+        'a numpy int is never a Python int: the selection of judged rows is taken, selecting all of them',
+    (179, 'core/ReplaceBinaryOperator_BitAnd_FloorDiv'): "bool // bool is their logical and (numpy's x // 0 is 0)",
+    (184, 'core/ReplaceBinaryOperator_Sub_BitXor'):
+        '(c ^ w) % 8 == 0 exactly when c and w agree in their low 3 bits, as (c - w) % 8 == 0',
+    (184, 'core/ReplaceComparisonOperator_Eq_LtE'): '% REFRESH is never negative',
+    (191, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (191, 'core/ReplaceComparisonOperator_Gt_NotEq', 7): 'dev > bar >= 0 already: dev != 0 there',
+    (191, 'core/ReplaceComparisonOperator_Gt_GtE', 7): 'dev > bar >= 0 already: dev >= 0 there',
+    (197, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a bar is never negative: != 0 is > 0',
+    (197, 'core/NumberReplacer', 67): "bar > -1 with a bar of 0 and dev > 0: numpy's dev / 0 is inf too",
 }
 
 #: seeding.py: reasons by (line, operator). "Needs CUDA" lines run only where torch.cuda is available (an
@@ -348,7 +372,7 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (149, "core/NumberReplacer"): "len(idx) == -1 never holds: an empty selection adds nothing anyway (== 1 is killed)",
     (149, "core/ReplaceComparisonOperator_Eq_Lt"): "a length is never negative; an empty selection adds nothing anyway",
     (332, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative",
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (272, 361)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (272, 331, 361)},
     (257, "core/ReplaceComparisonOperator_Eq_GtE"): "kind is tensor, value, none or '': only 'value' is >= 'value'",
     (314, "core/NumberReplacer"):
         "the multiplier need only exceed the largest call code: initial=1 (or + 2) keeps one code per (pair, call)",
@@ -365,15 +389,16 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (289, "core/NumberReplacer"): "only an empty table has no labels: its codes are empty, the fallback is never read",
 }
 
-#: (module, line, operator) -> why the surviving mutant cannot change a result
-EQUIVALENT: dict[tuple[str, int, str], str] = {
-    **{("analysis/grading.py", ln, op): why for (ln, op), why in _GRADING_EQUIVALENT.items()},
-    **{("store/hdf5_index.py", ln, op): why for (ln, op), why in _HDF5_INDEX_EQUIVALENT.items()},
-    **{("store/monitor_rules.py", ln, op): why for (ln, op), why in _MONITOR_RULES_EQUIVALENT.items()},
-    **{("analysis/overflow.py", ln, op): why for (ln, op), why in _OVERFLOW_EQUIVALENT.items()},
-    **{("precheck/standards.py", ln, op): why for (ln, op), why in _STANDARDS_EQUIVALENT.items()},
-    **{("seeding.py", ln, op): why for (ln, op), why in _SEEDING_EQUIVALENT.items()},
-    **{("analysis/monitor_compare.py", ln, op): why for (ln, op), why in _MONITOR_COMPARE_EQUIVALENT.items()},
+#: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
+#: occurrence) where only one of the operator's mutants on that line is equivalent
+EQUIVALENT: dict[tuple, str] = {
+    **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
+    **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
+    **{("store/monitor_rules.py", *key): why for key, why in _MONITOR_RULES_EQUIVALENT.items()},
+    **{("analysis/overflow.py", *key): why for key, why in _OVERFLOW_EQUIVALENT.items()},
+    **{("precheck/standards.py", *key): why for key, why in _STANDARDS_EQUIVALENT.items()},
+    **{("seeding.py", *key): why for key, why in _SEEDING_EQUIVALENT.items()},
+    **{("analysis/monitor_compare.py", *key): why for key, why in _MONITOR_COMPARE_EQUIVALENT.items()},
     ("analysis/rank_order.py", 35, "core/ReplaceUnaryOperator_Invert_USub"): "pandas negates a bool Series as ~",
     ("analysis/rank_order.py", 82, "core/ReplaceComparisonOperator_Eq_NotEq"):
         "the shortcut for identical orders gives what the general walk gives; this one always walks",
@@ -617,11 +642,12 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
                 with sqlite3.connect(work / "s.sqlite") as con:
                     # timed-out ones too: on a loaded machine a slow run is not a killed mutant; not those that
                     # EQUIVALENT explains
-                    rows = con.execute("SELECT r.job_id, s.start_pos_row, s.operator_name FROM work_results r JOIN "
+                    rows = con.execute("SELECT r.job_id, s.start_pos_row, s.operator_name, s.occurrence FROM "
+                                       "work_results r JOIN "
                                        "mutation_specs s ON s.job_id = r.job_id WHERE r.test_outcome = 'SURVIVED' "
                                        "OR r.output = 'timeout'").fetchall()
                     con.executemany("DELETE FROM work_results WHERE job_id = ?", [
-                        (j,) for j, line, op in rows if (module, int(line), op) not in EQUIVALENT])
+                        (j,) for j, line, op, occ in rows if not is_equivalent(module, int(line), op, int(occ))])
             else:
                 subprocess.run([*cr, "init", "cr.toml", "s.sqlite"], cwd=work, env=env, check=True)
                 _skip_annotations(work / "s.sqlite", src)
@@ -637,6 +663,11 @@ def run_module(module: str, tests: list[str], timeout: float, server: bool = Tru
             (keep_db / f"{tag}.seconds").write_text(f"{took:.0f}\n")
             (keep_db / f"{tag}.src").write_text(src)
         return tally(module, work / "s.sqlite", took)
+
+
+def is_equivalent(module: str, line: int, operator: str, occurrence: int) -> bool:
+    """Whether ``EQUIVALENT`` explains this surviving mutant (by line and operator, or by its occurrence too)."""
+    return (module, line, operator) in EQUIVALENT or (module, line, operator, occurrence) in EQUIVALENT
 
 
 def tally(module: str, db_path: Path, took: float) -> dict:
@@ -659,7 +690,7 @@ def tally(module: str, db_path: Path, took: float) -> dict:
                 out["equivalent"] += 1
             elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
                 out["incompetent"] += 1
-            elif where in EQUIVALENT:
+            elif is_equivalent(*where, int(m.occurrence)):
                 out["equivalent"] += 1
             else:
                 out["survived"] += 1
