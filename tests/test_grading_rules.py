@@ -472,3 +472,43 @@ def test_a_value_not_comparable_is_said_once_by_the_dtype_rule():
     kw = dict(kind="value", npu_kind="value", bench_kind="value", npu_dtype="int", bench_dtype="str")
     assert _one(npu_value="3", bench_value="'3'", comparable=False, **kw) == (
         "error", ["error: dtype differs: int vs str (not compared, bench shown as N/A)"])
+
+
+def test_a_dtype_softer_on_either_side_takes_its_level():
+    assert _one(npu_dtype="torch.float16") == (
+        "warning", ["warning: dtype differs: torch.float16 vs torch.float32 (compared anyway)"])
+
+
+def test_hashes_that_differ_either_way_round_are_an_error():
+    assert _one(mode="md5", npu_hash="cd", bench_hash="ab") == ("error", ["error: content hash differs: cd vs ab"])
+
+
+def test_statistics_mode_read_from_a_file_has_its_call_rules():
+    mode = "".join(["statis", "tics"])  # not the interned literal
+    assert _grade([_row(io="input", norm_rel=0.01), _row(io="output", norm_rel=0.6)], mode=mode)[0] == [
+        "pass", "error"]
+
+
+def test_two_calls_in_two_pairs_are_four_calls():
+    rows = [_row(io="input", call="Torch.a.0.forward", pair=0, norm_rel=0.0),
+            _row(io="output", call="Torch.b.0.forward", pair=0),
+            _row(io="output", call="Torch.a.0.forward", pair=1, norm_rel=0.9)]
+    assert _grade(rows)[0] == ["pass", "pass", "pass"]
+
+
+def test_tensor_call_rules_leave_out_outputs_already_wrong_in_shape():
+    rows = [_row(io="input", one_thousandth=0.95, cosine=1.0),
+            _row(io="output", one_thousandth=0.05, cosine=0.5, bench_shape=(2,))]
+    assert _grade(rows, mode="tensor")[1][1] == ["error: shape differs: [4] vs [2]"]
+
+
+def test_the_worst_row_of_a_call_at_one_level_is_the_one_with_the_largest_error():
+    t = pd.DataFrame([_row(arg="0"), _row(arg="1"), _row(arg="2")]).assign(result="pass", reasons=[[], [], []],
+                                                                          err=[0.1, 0.3, 0.2])
+    assert summarize_calls(t).iloc[0]["worst_row"] == f"{CALL}.output.1"
+
+
+def test_the_summary_counts_bench_only_rows_as_unmatched():
+    t = pd.DataFrame([_row(arg="0"), _row(arg="1", match="bench_only"), _row(arg="2", match="npu_only")]).assign(
+        result="pass", reasons=[[], [], []], err=0.0)
+    assert summarize_calls(t).iloc[0]["unmatched"] == 2

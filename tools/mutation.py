@@ -368,7 +368,21 @@ _MONITOR_COMPARE_EQUIVALENT: dict[tuple[int, str], str] = {
 _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (148, "core/ReplaceComparisonOperator_Eq_LtE"):
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (221, 231, 245, 257, 261, 265, 356)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
+       for ln in (221, 224, 231, 245, 249, 253, 257, 261, 265, 276, 351, 356, 376)},
+    **{(ln, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR for ln in (234, 247)},
+    (149, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative; an empty selection adds nothing",
+    (211, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "match is matched, npu_only or bench_only (compare_table.py): only npu_only is >= 'npu_only'",
+    (212, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "match is matched, npu_only or bench_only (compare_table.py): only bench_only is <= 'bench_only'",
+    (261, "core/ReplaceComparisonOperator_NotEq_Gt"): "a hash is a string: > '' is != ''",
+    (263, "core/ReplaceComparisonOperator_Eq_LtE"): "a string is <= '' exactly when it is ''",
+    (335, "core/ReplaceUnaryOperator_USub_Invert"): "~idx is -idx - 1: the same order",
+    (337, "core/ReplaceUnaryOperator_Delete_USub"):
+        "codes are sorted: [:1] only adds a code's earlier rows, which its last (extreme) row overwrites after",
+    (365, "core/ReplaceComparisonOperator_Gt_NotEq"): "a is the largest input NormRelativeErr, never negative",
+    (367, "core/ReplaceComparisonOperator_Gt_NotEq"): "a is the largest input NormRelativeErr, never negative",
     (149, "core/NumberReplacer"): "len(idx) == -1 never holds: an empty selection adds nothing anyway (== 1 is killed)",
     (149, "core/ReplaceComparisonOperator_Eq_Lt"): "a length is never negative; an empty selection adds nothing anyway",
     (332, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative",
