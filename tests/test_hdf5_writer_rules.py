@@ -340,6 +340,9 @@ def test_each_steps_tensors_start_on_a_fresh_chunk_and_read_back_exactly(tmp_pat
         w.write_step(1, {"data_name": ["c", "a2"]}, tensors={"c": c, "a2": a + 1})
     with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
         rows = h["index/steps"][()]
+        # a buffer's chunk is the unit a step starts on: TENSOR_CHUNK_BYTES of entries
+        assert {w: h[f"tensors/u{w}"].chunks for w in (1, 2, 4, 8)} == {
+            w: (TENSOR_CHUNK_BYTES // w,) for w in (1, 2, 4, 8)}
     rows = rows[rows[:, INDEX_POS["commit"]] == COMMIT_MAGIC]
     chunk4, chunk2 = TENSOR_CHUNK_BYTES // 4, TENSOR_CHUNK_BYTES // 2
     # the committed end of each buffer: step 1 starts on the chunk after step 0's, so a committed compressed
@@ -422,3 +425,37 @@ def test_stack_ids_at_the_ends_of_int32_and_handed_in_any_order(tmp_path):
                 w.write_step(1, {}, stacks={bad: ["x"]})
     stacks = read_hdf5(d).stacks
     assert stacks == {hi: ["hi.py:1"], lo: ["lo.py:1"], 5: ["five.py:5"], 2: ["two.py:2"], -70: ["neg.py:70"]}
+
+
+def test_the_commit_row_lands_in_a_chunk_that_exists_before_it_is_written(tmp_path, monkeypatch):
+    # the crash-safety design (docs/hdf5_schema.md): writing the commit row changes no HDF5 metadata, so a kill
+    # during it leaves the file as it was before or with the step committed; the index's chunks are allocated
+    # before the flush that precedes it
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        real = w._append_index
+        seen = []
+
+        def append(row):
+            before = w._index.id.get_num_chunks()
+            real(row)
+            seen.append((before, w._index.id.get_num_chunks()))
+        monkeypatch.setattr(w, "_append_index", append)
+        for s in range(600):  # three index blocks
+            if s % 5 == 4:
+                w.mark_dropped(s)
+            else:
+                w.write_step(s, {"name": ["x"]})
+    assert len(seen) == 600 and all(b == a for b, a in seen)
+    assert read_hdf5(d).meta["dropped_steps"] == list(range(4, 600, 5))
+
+
+def test_string_options_and_values_built_at_run_time_are_taken_like_literals(tmp_path):
+    d = tmp_path / "d"
+    lzf = "".join(["l", "z", "f"])  # e.g. read from a config file: equal to "lzf", not the same object
+    with DumpWriter(d, compression=lzf, tensor_compression="".join(["l", "z", "f"])) as w:
+        w.write_step(0, {"arg": [0, 1.5, np.str_("x"), True], "name": ["a", "b", "c", "d"]},
+                     tensors={"t": np.ones(3, np.float32)})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        assert h["tensors/u4"].compression == "lzf" and h["calls/name"].compression == "lzf"
+    assert read_hdf5(d).calls["arg"].tolist() == ["0", "1.5", "x", "True"]

@@ -369,7 +369,9 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (148, "core/ReplaceComparisonOperator_Eq_LtE"):
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
-       for ln in (221, 224, 231, 245, 249, 253, 257, 261, 265, 276, 351, 356, 376)},
+       for ln in (221, 224, 227, 231, 245, 249, 253, 257, 261, 265, 276, 351, 356, 361, 376)},
+    (236, "core/ReplaceBinaryOperator_BitAnd_Add"):
+        "differs only where the NPU max, min and one bench statistic are NaN: both sides bad, no rule judges it",
     **{(ln, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR for ln in (234, 247)},
     (149, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative; an empty selection adds nothing",
     (211, "core/ReplaceComparisonOperator_Eq_GtE"):
@@ -379,8 +381,8 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (261, "core/ReplaceComparisonOperator_NotEq_Gt"): "a hash is a string: > '' is != ''",
     (263, "core/ReplaceComparisonOperator_Eq_LtE"): "a string is <= '' exactly when it is ''",
     (335, "core/ReplaceUnaryOperator_USub_Invert"): "~idx is -idx - 1: the same order",
-    (337, "core/ReplaceUnaryOperator_Delete_USub"):
-        "codes are sorted: [:1] only adds a code's earlier rows, which its last (extreme) row overwrites after",
+    **{(337, op): "codes are sorted: [:1] only adds a code's earlier rows, which its last (extreme) row overwrites"
+       for op in ("core/ReplaceUnaryOperator_Delete_USub", "core/ReplaceUnaryOperator_USub_UAdd")},
     (365, "core/ReplaceComparisonOperator_Gt_NotEq"): "a is the largest input NormRelativeErr, never negative",
     (367, "core/ReplaceComparisonOperator_Gt_NotEq"): "a is the largest input NormRelativeErr, never negative",
     (149, "core/NumberReplacer"): "len(idx) == -1 never holds: an empty selection adds nothing anyway (== 1 is killed)",
@@ -403,11 +405,42 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (289, "core/NumberReplacer"): "only an empty table has no labels: its codes are empty, the fallback is never read",
 }
 
+#: store/hdf5_writer.py: (line, operator[, occurrence]) -> why the surviving mutant cannot change a result
+_HDF5_WRITER_EQUIVALENT: dict[tuple, str] = {
+    (91, 'core/ReplaceFalseWithTrue'): 'the meta attribute is JSON, read back with json.loads: escaped or not alike',
+    (146, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'the widths are 1, 2, 4, 8: w != 1 is w > 1',
+    (150, 'core/NumberReplacer', 22): 'an index created with a row of zeros: zeros are never a commit, and the '
+                                      'first step reserves the same rows',
+    (174, 'core/NumberReplacer', 32): "fill rows one row into each block: the block's chunk is allocated alike",
+    (202, 'core/ReplaceUnaryOperator_Delete_USub'): 'a pending string is always in the table: the default is unread',
+    (202, 'core/ReplaceUnaryOperator_USub_Invert'): 'a pending string is always in the table: the default is unread',
+    (202, 'core/NumberReplacer'): 'a pending string is always in the table: the default is unread',
+    (209, 'core/ReplaceUnaryOperator_USub_UAdd'): 'a pending shape is always in the table: the default is unread',
+    (209, 'core/ReplaceUnaryOperator_USub_Not'): 'a pending shape is always in the table: the default is unread',
+    (209, 'core/ReplaceUnaryOperator_USub_Invert'): 'a pending shape is always in the table: the default is unread',
+    (209, 'core/NumberReplacer'): 'a pending shape is always in the table: the default is unread',
+    (228, 'core/ReplaceComparisonOperator_LtE_IsNot'):
+        'memoizes longer columns too: the same ids, only more memory held until the next step',
+    (228, 'core/ReplaceComparisonOperator_LtE_Lt'): 'a column of exactly MEMO_ROWS rows is converted again: same ids',
+    (287, 'core/ReplaceComparisonOperator_Eq_GtE'):
+        "the only schema dtype >= 'object' not handled before is 'object' ('string' is taken first)",
+    (305, 'core/ReplaceFalseWithTrue'): 'copy=True: the same values in a new array',
+    (459, 'core/ReplaceComparisonOperator_Gt_GtE'): 'setting the extent it has changes nothing',
+    (477, 'core/ReplaceComparisonOperator_Gt_NotEq'): '_rows only moves on (by one), never below i',
+    (493, 'core/ReplaceComparisonOperator_Gt_NotEq'):
+        'the extent is the least whole number of blocks for the rows so far, and end never falls a block below '
+        'it: the extent set is the one it has',
+    (493, 'core/ReplaceComparisonOperator_Gt_IsNot'): 'sets the extent it has when not greater: changes nothing',
+    (496, 'core/NumberReplacer', 110): "two rows of zeros at a block's start, past every row written: the chunk is "
+                                       'allocated alike',
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
 #: occurrence) where only one of the operator's mutants on that line is equivalent
 EQUIVALENT: dict[tuple, str] = {
     **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
+    **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
     **{("store/monitor_rules.py", *key): why for key, why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", *key): why for key, why in _OVERFLOW_EQUIVALENT.items()},
     **{("precheck/standards.py", *key): why for key, why in _STANDARDS_EQUIVALENT.items()},
