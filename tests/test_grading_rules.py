@@ -512,3 +512,28 @@ def test_the_summary_counts_bench_only_rows_as_unmatched():
     t = pd.DataFrame([_row(arg="0"), _row(arg="1", match="bench_only"), _row(arg="2", match="npu_only")]).assign(
         result="pass", reasons=[[], [], []], err=0.0)
     assert summarize_calls(t).iloc[0]["unmatched"] == 2
+
+
+def test_a_tolerance_entry_that_is_not_a_pair_is_refused_naming_the_field():
+    for bad in ((("torch.float16",),), ((),)):
+        with pytest.raises(ValueError, match="diverge_rtol_by_dtype must map dtype names to numbers"):
+            Thresholds(diverge_rtol_by_dtype=bad)
+
+
+def test_three_calls_in_two_pairs_keep_their_call_rules_apart():
+    rows = [_row(io="output", call="Torch.c.0.forward", pair=0),
+            _row(io="input", call="Torch.a.0.forward", pair=1, norm_rel=0.0),
+            _row(io="output", call="Torch.b.0.forward", pair=1, norm_rel=0.9)]
+    assert _grade(rows)[0] == ["pass", "pass", "pass"]
+
+
+def test_an_empty_table_is_graded_in_every_mode():
+    for mode in ("statistics", "tensor", "md5"):
+        res, reasons = grade(pd.DataFrame([_row()]).iloc[:0], mode, TH)
+        assert len(res) == 0 and reasons == []
+
+
+def test_a_near_zero_max_leaves_the_norm_rule_as_it_is():
+    rows = [_row(io="input", norm_rel=0.0),
+            _row(io="output", norm_rel=0.6, near_zero="max", norm_diff=0.05, npu_norm=1.0)]
+    assert _grade(rows)[0][1] == "error"
