@@ -537,3 +537,19 @@ def test_a_near_zero_max_leaves_the_norm_rule_as_it_is():
     rows = [_row(io="input", norm_rel=0.0),
             _row(io="output", norm_rel=0.6, near_zero="max", norm_diff=0.05, npu_norm=1.0)]
     assert _grade(rows)[0][1] == "error"
+
+
+def test_a_value_row_is_judged_by_its_value_not_by_the_tensor_rules():
+    kw = dict(kind="value", npu_kind="value", bench_kind="value", npu_max=math.inf, npu_min=math.inf)
+    assert _one(npu_value="inf", bench_value="1.0", **kw) == ("error", ["error: value differs: inf vs 1.0"])
+
+
+def test_nan_and_inf_counts_that_both_differ_are_an_error():
+    counts = dict(npu_nan_count=2.0, bench_nan_count=1.0, npu_inf_count=1.0, bench_inf_count=2.0)
+    assert _one(npu_max=math.nan, bench_max=math.nan, **counts)[0] == "error"
+
+
+def test_a_higher_level_outranks_any_error_for_the_worst_row():
+    t = pd.DataFrame([_row(arg="0"), _row(arg="1")]).assign(result=["pass", "warning"], reasons=[[], []],
+                                                            err=[1e6, 0.0])
+    assert summarize_calls(t).iloc[0]["worst_row"] == f"{CALL}.output.1"
