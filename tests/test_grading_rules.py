@@ -553,3 +553,43 @@ def test_a_higher_level_outranks_any_error_for_the_worst_row():
     t = pd.DataFrame([_row(arg="0"), _row(arg="1")]).assign(result=["pass", "warning"], reasons=[[], []],
                                                             err=[1e6, 0.0])
     assert summarize_calls(t).iloc[0]["worst_row"] == f"{CALL}.output.1"
+
+
+def test_growth_just_over_ten_times_warns_by_default():
+    assert _stats_call(0.02, 0.21)[0] == "warning"  # 10.5x
+
+
+def test_nan_counts_that_differ_either_way_round_are_an_error():
+    counts = dict(npu_nan_count=1.0, bench_nan_count=2.0, npu_inf_count=0.0, bench_inf_count=0.0)
+    assert _one(npu_max=math.nan, bench_max=math.nan, **counts)[0] == "error"
+
+
+def test_a_scalar_or_shape_status_is_compared_and_keeps_its_notes():
+    for status in ("scalar", "shape", "length1"):
+        assert _one(mode="tensor", tensor_status=status, tensor_messages=["x"]) == ("pass", ["note: x"]), status
+
+
+def test_a_row_without_data_says_its_first_message():
+    assert _one(mode="tensor", tensor_status="nodata", tensor_messages=["no file", "other"]) == (
+        "warning", ["warning: not compared: no file"])
+
+
+def test_near_zero_notes_for_the_max_and_only_for_the_flagged_statistic():
+    kw = dict(max_rel=0.5, max_diff=1e-3, bench_max=1e-3, bench_min=-4.0, mean_rel=0.5, mean_diff=1.0, bench_mean=1.0)
+    assert _one(near_zero="max", **kw) == ("pass", [
+        "note: MaxRelativeErr 50% is not meaningful: bench max 0.001 is ~0 next to the tensor's largest magnitude 4; "
+        "|max diff| = 0.001"])
+    assert [w.split(" ")[1] for w in _one(near_zero="mean", **kw)[1]] == ["MeanRelativeErr"]
+
+
+def test_calls_of_three_pairs_never_share_their_call_rules():
+    rows = [_row(io="input", call="Torch.a.0.forward", pair=2, norm_rel=0.0),
+            _row(io="output", call="Torch.b.0.forward", pair=0, norm_rel=0.9)]
+    assert _grade(rows)[0] == ["pass", "pass"]
+
+
+def test_the_summary_has_its_columns_and_no_other():
+    t = pd.DataFrame([_row()]).assign(result="pass", reasons=[[]], err=0.0)
+    assert list(summarize_calls(t).columns) == list(summarize_calls(t.iloc[:0]).columns) == [
+        "step", "rank", "call_index", "call", "result", "reasons", "rows", "unmatched", "worst_row", "err",
+        "input_err", "output_err"]

@@ -388,6 +388,13 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (361, "core/ReplaceBinaryOperator_BitAnd_Pow"):
         "adds calls without inputs (or outputs): their a is NaN, so neither warning's condition holds",
     (91, "core/ReplaceComparisonOperator_Eq_Is"): "field names are identifiers, interned like the literal",
+    (253, "core/ReplaceComparisonOperator_Is_Eq"):
+        "nan_inf_match holds Python's True, False or None (metrics.py): == False is is False",
+    (272, "core/ReplaceBinaryOperator_BitAnd_Pow"):
+        "~(nodata ** ~bad_file) on 0/1 ints is -2 or -1: & ok keeps exactly ok & ~nodata & ~bad_file",
+    (279, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "mode is statistics (the branch before), tensor or md5 here: only tensor is >= 'tensor'",
+    (365, "core/ReplaceComparisonOperator_Gt_GtE"): "a == 0: the growth is not used, the a == 0 branch decides",
     (365, "core/NumberReplacer"):
         "a > -1: a is never negative; at a == 0 the growth is not used, the a == 0 branch decides (a > 1 is killed)",
     (101, "core/ReplaceComparisonOperator_Eq_LtE"): "no field name sorts before 'buffer_args'",
