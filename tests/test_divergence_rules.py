@@ -403,3 +403,24 @@ def test_frames_inside_torch_the_kit_or_python_are_not_the_users():
         ("/u.py:2", None)
     assert user_frame(None) == (None, None)
     assert forward_of("a.backward.b.backward") == "a.backward.b.forward" and forward_of("a.forward") is None
+
+
+def test_the_draw_nearest_the_diverging_call_is_named_past_unknown_producers():
+    rows = [_r(0, "c0", "output", npu_rng_state="a", bench_rng_state="b"),
+            _r(1, "c1", "output", npu_rng_state="a", bench_rng_state="b"),
+            _r(2, "c2", "input", producer="c0"), _r(2, "c2", "output"),
+            _r(3, "c3", "input", "0", producer="zz"), _r(3, "c3", "input", "1", producer="c1"),
+            _r(3, "c3", "input", "2", producer="c2"), _r(3, "c3", "output", err=0.5)]
+    for r in rows:
+        r.setdefault("npu_rng_state", "")
+        r.setdefault("bench_rng_state", "")
+    d = _one(rows)
+    assert d.call == "c1" and "random draw" in d.message
+
+
+def test_an_extra_call_is_found_past_unknown_and_matched_producers():
+    rows = [_r(0, "c0", "output"), _r(1, "x", "output", match="npu_only"),
+            _r(2, "c2", "input", "0", err=0.5, producer="zz"), _r(2, "c2", "input", "1", err=0.5, producer="c0"),
+            _r(2, "c2", "input", "2", err=0.5, producer="x"), _r(2, "c2", "output", err=0.5)]
+    d = _one(rows)
+    assert d.call == "x" and d.kind == "extra"

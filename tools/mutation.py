@@ -379,8 +379,8 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (148, "core/ReplaceComparisonOperator_Eq_LtE"):
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
-       for ln in (221, 224, 227, 231, 236, 237, 238, 245, 249, 253, 257, 261, 262, 265, 276, 301, 331, 351, 356, 361,
-                  375, 376, 379)},
+       for ln in (221, 224, 227, 231, 236, 237, 238, 245, 249, 253, 257, 261, 262, 265, 272, 276, 301, 331, 351, 356,
+                  361, 375, 376, 379)},
     (351, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
     (351, "core/ReplaceBinaryOperator_BitAnd_Pow"):
         "adds only the outputs of skip_input_rules ops as their call's reference: the largest output error then "
