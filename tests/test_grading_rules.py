@@ -593,3 +593,8 @@ def test_the_summary_has_its_columns_and_no_other():
     assert list(summarize_calls(t).columns) == list(summarize_calls(t.iloc[:0]).columns) == [
         "step", "rank", "call_index", "call", "result", "reasons", "rows", "unmatched", "worst_row", "err",
         "input_err", "output_err"]
+
+
+def test_the_growth_warning_holds_for_an_output_in_the_tables_first_row():
+    rows = [_row(io="output", norm_rel=0.2), _row(io="input", norm_rel=0.0)]
+    assert _grade(rows)[0] == ["warning", "pass"]
