@@ -598,3 +598,24 @@ def test_the_summary_has_its_columns_and_no_other():
 def test_the_growth_warning_holds_for_an_output_in_the_tables_first_row():
     rows = [_row(io="output", norm_rel=0.2), _row(io="input", norm_rel=0.0)]
     assert _grade(rows)[0] == ["warning", "pass"]
+
+
+def test_a_buffer_entry_of_four_names_is_refused():
+    with pytest.raises(ValueError, match="buffer_args must be a tuple of \\(op, io, arg\\) names"):
+        Thresholds(buffer_args=(("a", "input", "0", "x"),))
+
+
+def test_skipped_ops_and_uninitialised_memory_are_not_judged_by_their_shape():
+    assert _one(op="empty", bench_shape=(2,)) == ("pass", [])
+    assert _one(uninitialised=True, bench_shape=(2,)) == ("pass", [])
+
+
+def test_inf_counts_that_differ_either_way_round_are_an_error():
+    counts = dict(npu_nan_count=0.0, bench_nan_count=0.0, npu_inf_count=2.0, bench_inf_count=1.0)
+    assert _one(npu_max=math.inf, bench_max=math.inf, **counts)[0] == "error"
+
+
+def test_a_cosine_drop_exactly_at_the_threshold_does_not_warn():
+    th = Thresholds(cosine_drop_warning=0.25)
+    assert _tensor_call(1.0, 1.0, in_cos=1.0, out_cos=0.75, th=th) == ("pass", [])
+    assert _tensor_call(1.0, 1.0, in_cos=1.0, out_cos=0.5, th=th)[0] == "warning"
