@@ -619,3 +619,10 @@ def test_a_cosine_drop_exactly_at_the_threshold_does_not_warn():
     th = Thresholds(cosine_drop_warning=0.25)
     assert _tensor_call(1.0, 1.0, in_cos=1.0, out_cos=0.75, th=th) == ("pass", [])
     assert _tensor_call(1.0, 1.0, in_cos=1.0, out_cos=0.5, th=th)[0] == "warning"
+
+
+def test_the_smallest_input_ratio_is_the_tensor_rules_reference():
+    rows = [_row(io="input", arg="0", one_thousandth=0.95, cosine=1.0),
+            _row(io="input", arg="1", one_thousandth=0.5, cosine=1.0),
+            _row(io="output", one_thousandth=0.05, cosine=1.0)]
+    assert _grade(rows, mode="tensor")[0] == ["pass", "pass", "pass"]

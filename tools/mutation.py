@@ -379,8 +379,15 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     (148, "core/ReplaceComparisonOperator_Eq_LtE"):
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
-       for ln in (207, 215, 221, 224, 227, 231, 236, 237, 238, 245, 249, 253, 257, 261, 262, 263, 265, 272, 276, 301,
-                  331, 351, 356, 361, 375, 376, 379)},
+       for ln in (207, 208, 215, 221, 224, 227, 231, 236, 237, 238, 245, 246, 249, 253, 257, 261, 262, 263, 265, 268,
+                  272, 276, 301, 331, 348, 351, 356, 361, 375, 376, 379)},
+    (208, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "adds the kind 'none' and '' rows: no tensor there (no statistics, dtype, shape, hash or messages), no "
+        "tensor rule fires",
+    (257, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "adds the tensor and none rows, whose value text is the same on both sides (compare_table.py)",
+    (329, "core/NumberReplacer"): "one spare 'no row' entry (an empty table, or + 2), never selected",
+    (366, "core/NumberReplacer"): "a > -1: a is never negative; at a == 0 the growth is NaN, the a == 0 clause decides",
     (257, "core/ReplaceComparisonOperator_Eq_IsNot"):
         "array is not 'value' is True: adds the tensor rows, whose value text is '' on both sides (compare_table.py)",
     (320, "core/ReplaceUnaryOperator_USub_Not"):
