@@ -626,3 +626,9 @@ def test_the_smallest_input_ratio_is_the_tensor_rules_reference():
             _row(io="input", arg="1", one_thousandth=0.5, cosine=1.0),
             _row(io="output", one_thousandth=0.05, cosine=1.0)]
     assert _grade(rows, mode="tensor")[0] == ["pass", "pass", "pass"]
+
+
+def test_nan_in_a_skipped_or_unmatched_bench_row_is_not_judged():
+    assert _one(op="empty", bench_max=math.nan) == ("pass", [])
+    assert _one(match="bench_only", bench_max=math.nan) == (
+        "warning", ["warning: bench row without an NPU counterpart"])

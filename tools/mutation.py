@@ -380,7 +380,12 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
        for ln in (207, 208, 215, 221, 224, 227, 231, 236, 237, 238, 245, 246, 249, 253, 257, 261, 262, 263, 265, 268,
-                  272, 276, 301, 331, 348, 351, 356, 361, 375, 376, 379)},
+                  270, 272, 276, 301, 331, 348, 351, 352, 356, 361, 375, 376, 379)},
+    (260, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "mode is statistics, tensor or md5 (compare resolves auto first): only md5 is <= 'md5'",
+    (301, "core/ReplaceComparisonOperator_Gt_NotEq"): "near & bit is never negative: != 0 is > 0",
+    (337, "core/ReplaceComparisonOperator_NotEq_GtE"):
+        "codes are sorted: >= marks every row; each code's last (extreme) row is assigned last and wins",
     (208, "core/ReplaceComparisonOperator_Eq_LtE"):
         "adds the kind 'none' and '' rows: no tensor there (no statistics, dtype, shape, hash or messages), no "
         "tensor rule fires",
