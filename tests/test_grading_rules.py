@@ -632,3 +632,11 @@ def test_nan_in_a_skipped_or_unmatched_bench_row_is_not_judged():
     assert _one(op="empty", bench_max=math.nan) == ("pass", [])
     assert _one(match="bench_only", bench_max=math.nan) == (
         "warning", ["warning: bench row without an NPU counterpart"])
+
+
+def test_thresholds_cannot_be_changed_after_their_checks():
+    import dataclasses
+    th = Thresholds()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        th.diverge_rtol = "x"
+    assert hash(th) == hash(Thresholds())  # usable as a key

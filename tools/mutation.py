@@ -380,7 +380,8 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
         "dtype <= bool (safely cast to bool) holds for bool masks only; the index arrays are int64",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
        for ln in (207, 208, 215, 221, 224, 227, 231, 236, 237, 238, 245, 246, 249, 253, 257, 261, 262, 263, 265, 268,
-                  270, 272, 276, 301, 331, 348, 351, 352, 356, 361, 375, 376, 379)},
+                  247, 248, 270, 272, 276, 301, 331, 348, 351, 352, 356, 361, 375, 376, 379)},
+    (348, "core/ReplaceComparisonOperator_Gt_NotEq"): "near & 8 is never negative: != 0 is > 0",
     (260, "core/ReplaceComparisonOperator_Eq_LtE"):
         "mode is statistics, tensor or md5 (compare resolves auto first): only md5 is <= 'md5'",
     (301, "core/ReplaceComparisonOperator_Gt_NotEq"): "near & bit is never negative: != 0 is > 0",
