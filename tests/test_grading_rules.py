@@ -640,3 +640,14 @@ def test_thresholds_cannot_be_changed_after_their_checks():
     with pytest.raises(dataclasses.FrozenInstanceError):
         th.diverge_rtol = "x"
     assert hash(th) == hash(Thresholds())  # usable as a key
+
+
+def test_an_input_and_an_output_of_two_calls_in_two_pairs_stay_apart():
+    rows = [_row(io="output", call="Torch.a.0.forward", pair=1, norm_rel=0.9),
+            _row(io="input", call="Torch.b.0.forward", pair=0, norm_rel=0.0)]
+    assert _grade(rows)[0] == ["pass", "pass"]
+
+
+def test_a_value_of_a_skipped_op_is_not_judged():
+    kw = dict(kind="value", npu_kind="value", bench_kind="value", op="to")
+    assert _one(npu_value="torch.float16", bench_value="torch.float32", **kw) == ("pass", [])

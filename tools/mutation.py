@@ -382,6 +382,10 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
        for ln in (207, 208, 215, 221, 224, 227, 231, 236, 237, 238, 245, 246, 249, 253, 257, 261, 262, 263, 265, 268,
                   247, 248, 270, 272, 276, 301, 331, 348, 351, 352, 356, 361, 375, 376, 379)},
     (348, "core/ReplaceComparisonOperator_Gt_NotEq"): "near & 8 is never negative: != 0 is > 0",
+    (348, "core/NumberReplacer"): "near & 8 is 0 or 8: > 1 is > 0 (& 9 is killed)",
+    (320, "core/NumberReplacer"): "initial=0 differs from -1 for an empty table only: a spare NaN entry (-2 is killed)",
+    (314, "core/ReplaceBinaryOperator_Add_Sub"):
+        "pair * m - cc with 0 <= cc < m is still one code per (pair, call) (- 1 in m is killed)",
     (260, "core/ReplaceComparisonOperator_Eq_LtE"):
         "mode is statistics, tensor or md5 (compare resolves auto first): only md5 is <= 'md5'",
     (301, "core/ReplaceComparisonOperator_Gt_NotEq"): "near & bit is never negative: != 0 is > 0",
