@@ -424,3 +424,17 @@ def test_an_extra_call_is_found_past_unknown_and_matched_producers():
             _r(2, "c2", "input", "2", err=0.5, producer="x"), _r(2, "c2", "output", err=0.5)]
     d = _one(rows)
     assert d.call == "x" and d.kind == "extra"
+
+
+def test_of_two_bench_only_producers_the_earlier_is_the_root():
+    rows = _calls(2) + [_r(5, "c2", "input", "0", err=0.5, producer="c1", bench_producer="bq"),
+                        _r(5, "c2", "input", "1", err=0.5, producer="c1", bench_producer="bz"),
+                        _r(5, "c2", "output", err=0.5)]
+    for r in rows:
+        r.setdefault("bench_producer", "")
+        r.update(bench_call=r["call"], bench_call_index=r["call_index"])
+    for name, bci in (("ba", 0), ("bq", 2), ("bz", 4)):  # ba: a bench-only call elsewhere
+        rows.append(_r(bci, name, "output", match="bench_only", bench_call=name, bench_call_index=bci,
+                       bench_producer=""))
+    d = _one(rows)
+    assert d.call == "bq" and d.kind == "extra"
