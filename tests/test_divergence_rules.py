@@ -438,3 +438,25 @@ def test_of_two_bench_only_producers_the_earlier_is_the_root():
                        bench_producer=""))
     d = _one(rows)
     assert d.call == "bq" and d.kind == "extra"
+
+
+def test_a_draw_behind_an_agreeing_input_is_not_blamed():
+    rows = [_r(1, "c1", "output", npu_rng_state="a", bench_rng_state="b"), _r(2, "c2", "output"),
+            _r(3, "c3", "input", "0", err=0.5, producer="c2"), _r(3, "c3", "input", "1", producer="c1"),
+            _r(3, "c3", "output", err=0.5)]
+    for r in rows:
+        r.setdefault("npu_rng_state", "")
+        r.setdefault("bench_rng_state", "")
+    d = _one(rows)
+    assert d.call == "c3" and d.kind == "inputs"
+
+
+def test_a_bench_only_root_shows_no_rows_and_only_their_columns():
+    rows = _calls(2) + [_r(5, "c2", "input", err=0.5, producer="c1", bench_producer="by"),
+                        _r(5, "c2", "output", err=0.5)]
+    for r in rows:
+        r.setdefault("bench_producer", "")
+        r.update(bench_call=r["call"], bench_call_index=r["call_index"])
+    rows.append(_r(2, "by", "output", match="bench_only", bench_call="by", bench_call_index=2, bench_producer=""))
+    d = _one(rows)
+    assert d.call == "by" and list(d.rows.columns) == ["name", "io", "err"] and d.rows.empty

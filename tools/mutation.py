@@ -500,9 +500,22 @@ _HDF5_WRITER_EQUIVALENT: dict[tuple, str] = {
                                        'allocated alike',
 }
 
+#: analysis/divergence.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group GD)
+_DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
+    (300, "core/ReplaceComparisonOperator_NotEq_IsNot"):
+        "adds empty producer names, which name no call: code_of.get('') is None, skipped",
+    (151, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
+    (300, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    (302, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    (302, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    (423, "core/ReplaceUnaryOperator_USub_Not"): "call indexes are int64 in compare tables: na_value is never used",
+    (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
 #: occurrence) where only one of the operator's mutants on that line is equivalent
 EQUIVALENT: dict[tuple, str] = {
+    **{("analysis/divergence.py", *key): why for key, why in _DIVERGENCE_EQUIVALENT.items()},
     **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
