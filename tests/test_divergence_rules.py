@@ -374,6 +374,8 @@ def test_a_backward_fed_by_a_call_the_bench_run_makes_alone_names_that_call():
                 bench_producer="")]
     d = _one(rows)
     assert d.call == "B.y.0.forward" and d.kind == "extra" and "made in the bench run only" in d.message
+    d = _one(rows[4:] + rows[:4])  # the bench-only rows first: the forward's bench name is still its own
+    assert d.call == "B.y.0.forward" and d.kind == "extra"
 
 
 # ----------------------------------------------------------------------------------------- stack frames

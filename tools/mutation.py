@@ -507,7 +507,9 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (151, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
     (300, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
     (302, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
-    (302, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND,
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (302, 458)},
+    (154, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (367, "core/NumberReplacer"): "moves the walk's cap (a guard against a damaged producer cycle) by one",
     (423, "core/ReplaceUnaryOperator_USub_Not"): "call indexes are int64 in compare tables: na_value is never used",
     (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
 }
