@@ -456,7 +456,7 @@ _GRADING_EQUIVALENT: dict[tuple[int, str], str] = {
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (272, 331, 361)},
     (257, "core/ReplaceComparisonOperator_Eq_GtE"): "kind is tensor, value, none or '': only 'value' is >= 'value'",
     (314, "core/NumberReplacer"):
-        "the multiplier need only exceed the largest call code: initial=1 (or + 2) keeps one code per (pair, call)",
+        "the multiplier need only exceed the largest call code: initial=+-1 or + 2 keep one code per (pair, call)",
     (322, "core/ReplaceComparisonOperator_Eq_Is"): "how is one of this module's interned literals 'max' and 'min'",
     (334, "core/ReplaceComparisonOperator_Eq_Is"): "how is one of this module's interned literals 'max' and 'min'",
     (329, "core/ReplaceUnaryOperator_USub_Not"):
@@ -509,6 +509,7 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (302, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (302, 458)},
     (154, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    (413, "core/ReplaceComparisonOperator_Eq_Is"): "side is one of this module's interned literals 'npu' and 'bench'",
     (367, "core/NumberReplacer"): "moves the walk's cap (a guard against a damaged producer cycle) by one",
     (423, "core/ReplaceUnaryOperator_USub_Not"): "call indexes are int64 in compare tables: na_value is never used",
     (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
