@@ -462,3 +462,21 @@ def test_a_bench_only_root_shows_no_rows_and_only_their_columns():
     rows.append(_r(2, "by", "output", match="bench_only", bench_call="by", bench_call_index=2, bench_producer=""))
     d = _one(rows)
     assert d.call == "by" and list(d.rows.columns) == ["name", "io", "err"] and d.rows.empty
+
+
+def test_a_backward_with_diverging_inputs_and_no_producers_recorded_is_the_root():
+    rows = [_r(0, "F.a.0.forward", "input"), _r(0, "F.a.0.forward", "output"),
+            _r(1, "F.a.0.backward", "input", err=0.5), _r(1, "F.a.0.backward", "output", err=0.5)]
+    d = find_divergences(_t(rows).drop(columns=["producer"]), TH)[0]
+    assert d.call == "F.a.0.backward" and d.kind == "inputs"
+
+
+def test_a_backward_names_the_npu_only_consumer_of_its_forward_not_an_earlier_one():
+    rows = [_r(0, "F.z.0.forward", "input", producer="", match="npu_only"),
+            _r(0, "F.z.0.forward", "output", match="npu_only"),
+            _r(1, "F.a.0.forward", "input"), _r(1, "F.a.0.forward", "output"),
+            _r(2, "F.x.0.forward", "input", producer="F.a.0.forward", match="npu_only"),
+            _r(2, "F.x.0.forward", "output", match="npu_only"),
+            _r(3, "F.a.0.backward", "input", err=0.5), _r(3, "F.a.0.backward", "output", err=0.5)]
+    d = _one(rows)
+    assert d.call == "F.x.0.forward" and d.kind == "extra"

@@ -510,6 +510,11 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (302, 458)},
     (154, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
     (413, "core/ReplaceComparisonOperator_Eq_Is"): "side is one of this module's interned literals 'npu' and 'bench'",
+    (384, "core/ReplaceUnaryOperator_Delete_USub"): "call indexes are int64 in compare tables: na_value is never used",
+    (423, "core/NumberReplacer"): "call indexes are int64 in compare tables: na_value is never used",
+    (418, "core/ReplaceBinaryOperator_BitAnd_BitOr"):
+        "adds the other side's one-sided rows, whose producer on this side is '' (compare_table.py): never the "
+        "forward's name",
     (367, "core/NumberReplacer"): "moves the walk's cap (a guard against a damaged producer cycle) by one",
     (423, "core/ReplaceUnaryOperator_USub_Not"): "call indexes are int64 in compare tables: na_value is never used",
     (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
