@@ -480,3 +480,34 @@ def test_a_backward_names_the_npu_only_consumer_of_its_forward_not_an_earlier_on
             _r(3, "F.a.0.backward", "input", err=0.5), _r(3, "F.a.0.backward", "output", err=0.5)]
     d = _one(rows)
     assert d.call == "F.x.0.forward" and d.kind == "extra"
+
+
+def _bench_backward_rows(backward_in_err: float = 0.5) -> list[dict]:
+    """F.p, F.a forward, F.a backward (its outputs diverge; its inputs by ``backward_in_err``); the bench run
+    alone makes B.y.0.forward / backward, which consumed the bench forward B.a.0.forward."""
+    rows = [_r(0, "F.p.0.forward", "output"), _r(1, "F.a.0.forward", "input"), _r(1, "F.a.0.forward", "output"),
+            _r(3, "F.a.0.backward", "input", err=backward_in_err), _r(3, "F.a.0.backward", "output", err=0.5)]
+    for r in rows:
+        r.update(bench_call=r["call"].replace("F.", "B."), bench_call_index=r["call_index"], bench_producer="")
+    rows += [_r(2, "F.y.0.forward", "input", match="bench_only", bench_call="B.y.0.backward", bench_call_index=2,
+                bench_producer="B.a.0.forward"),
+             _r(2, "F.y.0.forward", "input", match="bench_only", bench_call="B.y.0.forward", bench_call_index=2,
+                bench_producer="")]
+    return rows
+
+
+def test_a_backward_names_the_bench_consumer_of_its_own_forward_after_other_matched_calls():
+    d = _one(_bench_backward_rows())
+    assert d.call == "B.y.0.forward" and d.kind == "extra"
+
+
+def test_a_backward_whose_inputs_agree_is_the_root_whatever_the_bench_run_made_alone():
+    d = _one(_bench_backward_rows(backward_in_err=0.0))
+    assert d.call == "F.a.0.backward" and d.kind == "call"
+
+
+def test_of_two_npu_only_producers_the_earlier_is_the_root():
+    rows = [_r(0, "c0", "output"), _r(2, "x", "output", match="npu_only"), _r(3, "y", "output", match="npu_only"),
+            _r(4, "c2", "input", "0", err=0.5, producer="x"), _r(4, "c2", "input", "1", err=0.5, producer="y"),
+            _r(4, "c2", "output", err=0.5)]
+    assert _one(rows).call == "x"

@@ -507,9 +507,25 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (151, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
     (300, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
     (302, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (302, 458)},
-    (154, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND,
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (176, 302, 458)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (154, 300)},
+    (158, "core/ReplaceComparisonOperator_NotEq_Gt"): "matched and npu_only sort after bench_only: > is != here",
+    (262, "core/NumberReplacer"): "-2 marks 'no parent' as -1 does: the walk stops at any negative code (0 is killed)",
+    (268, "core/ReplaceUnaryOperator_USub_Invert"): "~1 is -2: the walk stops at any negative code",
+    (288, "core/NumberReplacer"): "moves the walk's cap (a guard against a damaged producer cycle) by one",
+    (300, "core/ReplaceBinaryOperator_BitAnd_LShift"):
+        "adds the inputs without a producer: their '' names no call, code_of.get('') is None, skipped",
+    (362, "core/ReplaceUnaryOperator_USub_UAdd"): "call indexes are int64 in compare tables: na_value is never used",
+    (367, "core/ReplaceComparisonOperator_Lt_NotEq"): "seen grows by one: != 256 stops where < 256 does",
+    (368, "core/NumberReplacer"):
+        "pop(-1): every reachable bench-only call is still visited, and the earliest (distinct call indexes) wins "
+        "(pop(1) is killed)",
+    (383, "core/ReplaceComparisonOperator_Gt_GtE"):
+        "a matched call never shares the bench-only root's bench call index: >= is > here",
+    (472, "core/ReplaceComparisonOperator_Eq_LtE"): "rows are walked in ascending code order: c <= last is c == last",
     (413, "core/ReplaceComparisonOperator_Eq_Is"): "side is one of this module's interned literals 'npu' and 'bench'",
+    (240, "core/ReplaceComparisonOperator_NotEq_Lt"):
+        "mode is statistics, tensor or md5 (compare resolves auto first): only tensor is not < 'tensor'",
     (384, "core/ReplaceUnaryOperator_Delete_USub"): "call indexes are int64 in compare tables: na_value is never used",
     (423, "core/NumberReplacer"): "call indexes are int64 in compare tables: na_value is never used",
     (418, "core/ReplaceBinaryOperator_BitAnd_BitOr"):
