@@ -511,3 +511,10 @@ def test_of_two_npu_only_producers_the_earlier_is_the_root():
             _r(4, "c2", "input", "0", err=0.5, producer="x"), _r(4, "c2", "input", "1", err=0.5, producer="y"),
             _r(4, "c2", "output", err=0.5)]
     assert _one(rows).call == "x"
+
+
+def test_a_call_the_bench_run_made_alone_is_no_previous_call_of_a_one_sided_argument():
+    rows = [_r(-1, "bx", "output", match="bench_only"), _r(0, "c0", "input"), _r(0, "c0", "output"),
+            _r(7, "c0", "input", "approximate", match="bench_only", kind="value", bench_value="tanh")]
+    d = _one(rows)
+    assert d.call == "c0" and d.kind == "argument" and d.previous_call is None

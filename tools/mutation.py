@@ -516,6 +516,10 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (300, "core/ReplaceBinaryOperator_BitAnd_LShift"):
         "adds the inputs without a producer: their '' names no call, code_of.get('') is None, skipped",
     (362, "core/ReplaceUnaryOperator_USub_UAdd"): "call indexes are int64 in compare tables: na_value is never used",
+    (161, "core/ReplaceUnaryOperator_USub_Invert"): "call indexes are int64 in compare tables: na_value is never used",
+    (297, "core/ReplaceComparisonOperator_NotEq_GtE"):
+        "with every NPU state empty no state differs either: the walk returns None just after",
+    (460, "core/ReplaceComparisonOperator_Eq_Lt"): "an empty idx walks nothing: the same empty chain",
     (367, "core/ReplaceComparisonOperator_Lt_NotEq"): "seen grows by one: != 256 stops where < 256 does",
     (368, "core/NumberReplacer"):
         "pop(-1): every reachable bench-only call is still visited, and the earliest (distinct call indexes) wins "
