@@ -518,3 +518,29 @@ def test_a_call_the_bench_run_made_alone_is_no_previous_call_of_a_one_sided_argu
             _r(7, "c0", "input", "approximate", match="bench_only", kind="value", bench_value="tanh")]
     d = _one(rows)
     assert d.call == "c0" and d.kind == "argument" and d.previous_call is None
+
+
+def _bench_extra_rows(extra: str = "bz", extra_bci: int = 7) -> list[dict]:
+    """c0, c1 (matched), c2 (its input diverges, the bench run's producer is ``extra``), c3 and c4 after it."""
+    rows = _calls(2) + [_r(5, "c2", "input", err=0.5, producer="c1", bench_producer=extra),
+                        _r(5, "c2", "output", err=0.5), _r(6, "c3", "output"), _r(7, "c4", "output")]
+    for r in rows:
+        r.setdefault("bench_producer", "")
+        r.update(bench_call=r["call"], bench_call_index=r["call_index"])
+    rows[-2]["bench_call_index"], rows[-1]["bench_call_index"] = 9, 10
+    rows.append(_r(-1, extra, "output", match="bench_only", bench_call=extra, bench_call_index=extra_bci,
+                   bench_producer=""))
+    return rows
+
+
+def test_a_bench_only_call_sits_before_the_next_matched_call_whatever_the_names_around_it():
+    rows = _bench_extra_rows()
+    rows.insert(0, _r(0, "a0", "output", bench_call="a0", bench_call_index=0, bench_producer=""))
+    assert _one(rows).call_index == 6
+
+
+def test_a_bench_only_backward_whose_forward_both_runs_made_is_the_root_itself():
+    rows = _bench_extra_rows(extra="B.y.0.backward")
+    rows.insert(0, _r(0, "B.y.0.forward", "output", bench_call="B.y.0.forward", bench_call_index=0, bench_producer=""))
+    d = _one(rows)
+    assert d.call == "B.y.0.backward" and d.kind == "extra"

@@ -507,8 +507,15 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (151, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR,
     (300, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
     (302, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (176, 302, 458)},
-    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (154, 300)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (175, 176, 302, 458)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (154, 300, 418, 419)},
+    (154, "core/ReplaceBinaryOperator_BitAnd_BitXor"):
+        "adds the NPU-side argument rows (given their own call's index) and bench-only rows dropped just after",
+    (279, "core/NumberReplacer", 55): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (308, "core/ReplaceComparisonOperator_Lt_IsNot"):
+        "no cap: the walk still ends when the queue empties (seen stops revisits); the cap bounds huge graphs only",
+    (332, "core/NumberReplacer", 62): "moves the walk's cap (a guard against a damaged producer cycle) by one",
+    (423, "core/ReplaceUnaryOperator_USub_UAdd"): "call indexes are int64 in compare tables: na_value is never used",
     (158, "core/ReplaceComparisonOperator_NotEq_Gt"): "matched and npu_only sort after bench_only: > is != here",
     (262, "core/NumberReplacer"): "-2 marks 'no parent' as -1 does: the walk stops at any negative code (0 is killed)",
     (268, "core/ReplaceUnaryOperator_USub_Invert"): "~1 is -2: the walk stops at any negative code",
@@ -532,6 +539,9 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
         "mode is statistics, tensor or md5 (compare resolves auto first): only tensor is not < 'tensor'",
     (384, "core/ReplaceUnaryOperator_Delete_USub"): "call indexes are int64 in compare tables: na_value is never used",
     (423, "core/NumberReplacer"): "call indexes are int64 in compare tables: na_value is never used",
+    (418, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "only npu_only is >= 'npu_only'; >= 'bench_only' adds the NPU-only rows, whose bench producer is '' "
+        "(compare_table.py): never the forward's name",
     (418, "core/ReplaceBinaryOperator_BitAnd_BitOr"):
         "adds the other side's one-sided rows, whose producer on this side is '' (compare_table.py): never the "
         "forward's name",
