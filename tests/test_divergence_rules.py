@@ -544,3 +544,10 @@ def test_a_bench_only_backward_whose_forward_both_runs_made_is_the_root_itself()
     rows.insert(0, _r(0, "B.y.0.forward", "output", bench_call="B.y.0.forward", bench_call_index=0, bench_producer=""))
     d = _one(rows)
     assert d.call == "B.y.0.backward" and d.kind == "extra"
+
+
+def test_the_chain_holds_only_calls_after_the_root_not_its_enclosing_module():
+    rows = [_r(0, "m", "input", err=0.5, parent=""), _r(0, "m", "output", err=0.5, parent=""),
+            _r(1, "t", "input", parent="m"), _r(1, "t", "output", err=0.5, parent="m")]
+    d = _one(rows)
+    assert d.call == "t" and d.kind == "call" and d.chain == [] and d.modules == ["m"]

@@ -512,6 +512,9 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (154, "core/ReplaceBinaryOperator_BitAnd_BitXor"):
         "adds the NPU-side argument rows (given their own call's index) and bench-only rows dropped just after",
     (279, "core/NumberReplacer", 55): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (279, "core/ReplaceComparisonOperator_Lt_LtE"): "moves the depth cap (a guard against a parent cycle) by one",
+    (300, "core/ReplaceComparisonOperator_NotEq_GtE"):
+        "adds the inputs without a producer: their '' names no call, code_of.get('') is None, skipped",
     (308, "core/ReplaceComparisonOperator_Lt_IsNot"):
         "no cap: the walk still ends when the queue empties (seen stops revisits); the cap bounds huge graphs only",
     (332, "core/NumberReplacer", 62): "moves the walk's cap (a guard against a damaged producer cycle) by one",
