@@ -90,6 +90,9 @@ MUTANTS = [
     ("zero-bench-norm", "analysis/grading.py", 'np.abs(_arr(t, "norm_diff")) / np.abs(',
      'np.abs(_arr(t, "norm_diff")) % np.abs(', [f"{T}/test_grading_rules.py::"
                                                 "test_an_output_against_an_all_zero_bench_is_wholly_off_when_the_inputs_agree"]),
+    ("earliest-extra-call", "analysis/divergence.py", "if found is None or c < found:",
+     "if found is None or c != found:",
+     [f"{T}/test_divergence_rules.py::test_of_two_npu_only_producers_the_earlier_is_the_root"]),
     ("npu-only-argument", "analysis/divergence.py", '.map(first).to_numpy(dtype=np.int64)', '.map(first).to_numpy()',
      [f"{T}/test_divergence_rules.py::test_an_argument_passed_on_one_side_only_is_an_argument_that_differs"]),
 ]
