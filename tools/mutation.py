@@ -512,6 +512,9 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (154, "core/ReplaceBinaryOperator_BitAnd_BitXor"):
         "adds the NPU-side argument rows (given their own call's index) and bench-only rows dropped just after",
     (279, "core/NumberReplacer", 55): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (283, "core/NumberReplacer", 56): "depth + 2: the cap against a parent cycle stops at 128 levels, no module tree "
+                                      "is that deep",
+    (358, "core/ReplaceComparisonOperator_NotEq_Gt"): "matched and npu_only sort after bench_only: > is != here",
     (279, "core/ReplaceComparisonOperator_Lt_LtE"): "moves the depth cap (a guard against a parent cycle) by one",
     (300, "core/ReplaceComparisonOperator_NotEq_GtE"):
         "adds the inputs without a producer: their '' names no call, code_of.get('') is None, skipped",
