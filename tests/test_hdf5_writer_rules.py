@@ -459,3 +459,157 @@ def test_string_options_and_values_built_at_run_time_are_taken_like_literals(tmp
     with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
         assert h["tensors/u4"].compression == "lzf" and h["calls/name"].compression == "lzf"
     assert read_hdf5(d).calls["arg"].tolist() == ["0", "1.5", "x", "True"]
+
+
+# ------------------------------------------------------------------ mutation survivors (numbering and commit)
+def test_the_writer_makes_missing_folders_and_claims_its_rank_until_closed(tmp_path):
+    from msprobe_nb.store.dump_dir import DumpInUseError, DumpLock
+
+    d = tmp_path / "runs" / "a" / "b"  # a path the user named, not there yet
+    w = DumpWriter(d)
+    with pytest.raises(DumpInUseError, match="rank 0"):
+        DumpLock.claim(d, 0)  # another writer of this rank (here: this process, another descriptor) waits
+    w.write_step(0, _names(0))
+    w.close()
+    DumpLock.claim(d, 0).release()  # free again once closed
+    assert _steps(d) == [0]
+
+
+def test_a_writer_handed_its_ranks_lock_keeps_it_for_its_owner(tmp_path):
+    from msprobe_nb.store.dump_dir import DumpLock
+
+    d = tmp_path / "d"
+    d.mkdir()
+    lock = DumpLock.claim(d, 3)
+    with DumpWriter(d, rank=3, lock=lock) as w:  # claiming it again would fail: the lock is held already
+        w.write_step(0, _names(0))
+    assert lock.path is not None and lock.path.exists()  # still the owner's: the writer does not release it
+    lock.release()
+    assert _steps(d) == [0]
+
+
+def test_the_default_writer_lets_readers_in_while_it_writes(tmp_path):
+    # docs/hdf5_schema.md: SWMR by default, so a notebook reads a dump that is still being written
+    with DumpWriter(tmp_path / "d") as w:
+        assert w._file is not None and w._file.swmr_mode
+    with DumpWriter(tmp_path / "e", swmr=False) as w:
+        assert w._file is not None and not w._file.swmr_mode
+
+
+@pytest.mark.parametrize("level, ok", [(0, True), (9, True), (-1, False), (10, False)])
+def test_tensor_gzip_levels_are_zero_to_nine(tmp_path, level, ok):
+    d = tmp_path / "d"
+    if not ok:
+        with pytest.raises(ValueError, match="tensor_compression must be"):
+            DumpWriter(d, tensor_compression=level)
+        return
+    with DumpWriter(d, tensor_compression=level) as w:
+        w.write_step(0, {"name": ["x"]}, tensors={"t": np.ones(4, np.float32)})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        assert h["tensors/u4"].compression == "gzip" and h["tensors/u4"].compression_opts == level
+
+
+def test_same_built_at_run_time_takes_the_tables_compression(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d, compression=3, tensor_compression="".join(["s", "a", "m", "e"])) as w:  # from a config
+        w.write_step(0, {"name": ["x"]}, tensors={"t": np.ones(4, np.float32)})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        assert h["tensors/u4"].compression == "gzip" and h["tensors/u4"].compression_opts == 3
+
+
+def test_steps_far_beyond_int32_are_refused_too(tmp_path):
+    with DumpWriter(tmp_path / "d") as w:
+        for bad in (2 ** 40, -(2 ** 40)):
+            with pytest.raises(ValueError, match="does not fit int32"):
+                w.write_step(bad, _names(0))
+            with pytest.raises(ValueError, match="does not fit int32"):
+                w.mark_dropped(bad)
+        w.write_step(1, _names(1))
+    assert _steps(tmp_path / "d") == [1] and read_hdf5(tmp_path / "d").meta["dropped_steps"] == []
+
+
+def test_every_new_shape_of_a_failed_step_is_forgotten(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["a"], "shape": [(1,)]})
+        with pytest.raises(ValueError, match="counter"):
+            w.write_step(1, {"name": ["b", "c", "e"], "shape": [(5, 5), (6, 6), (7, 7)], "counter": [1, 2, 2 ** 40]})
+        w.write_step(2, {"name": ["c"], "shape": [(6, 6)]})
+        w.write_step(3, {"name": ["e", "b"], "shape": [(7, 7), (5, 5)]})
+    calls = read_hdf5(d).calls
+    assert calls["shape"].tolist() == [(1,), (6, 6), (7, 7), (5, 5)]
+
+
+def test_new_stacks_of_a_later_step_read_back_their_own_frames(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"stack_id": [0]}, stacks={0: ["a.py:1", "b.py:2"]})
+        w.write_step(1, {"stack_id": [1]}, stacks={1: ["c.py:3"], 2: ["d.py:4", "e.py:5", "f.py:6"]})
+        w.write_step(2, {"stack_id": [3]}, stacks={3: ["g.py:7"]})
+    assert read_hdf5(d).stacks == {0: ["a.py:1", "b.py:2"], 1: ["c.py:3"], 2: ["d.py:4", "e.py:5", "f.py:6"],
+                                   3: ["g.py:7"]}
+
+
+def test_one_stack_id_handed_twice_in_a_step_is_written_once(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:  # "1000" and 1000 name the same id (int() of each); the first one is kept
+        w.write_step(0, {"stack_id": [1000]}, stacks={1000: ["first.py:1"], "1000": ["second.py:2"]})
+    assert read_hdf5(d).stacks == {1000: ["first.py:1"]}
+
+
+def test_a_step_filling_whole_chunks_takes_no_extra_chunk(tmp_path):
+    d = tmp_path / "d"
+    chunk4 = TENSOR_CHUNK_BYTES // 4
+    with DumpWriter(d, tensor_compression=None) as w:
+        w.write_step(0, {"data_name": ["a"]}, tensors={"a": np.ones(chunk4, np.float32)})  # exactly one chunk
+        w.write_step(1, {"data_name": ["b"]}, tensors={"b": np.full(3, 2, np.float32)})
+    with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
+        rows = h["index/steps"][()]
+        assert h["tensors/u4"].shape == (2 * chunk4,)
+    rows = rows[rows[:, INDEX_POS["commit"]] == COMMIT_MAGIC]
+    assert rows[:, INDEX_POS["u4"]].tolist() == [chunk4, 2 * chunk4]
+    assert read_hdf5(d).tensor_loader("b").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_index_grows_a_whole_block_at_a_time_and_no_more(tmp_path):
+    from msprobe_nb.store.hdf5_layout import INDEX_BLOCK
+
+    d = tmp_path / "d"
+    extents = {}
+    with DumpWriter(d) as w:
+        for s in range(INDEX_BLOCK + 1):
+            w.write_step(s, {})
+            extents[s + 1] = w._index.shape[0]
+    assert extents[1] == extents[INDEX_BLOCK] == INDEX_BLOCK and extents[INDEX_BLOCK + 1] == 2 * INDEX_BLOCK
+    assert len(read_hdf5(d).meta.get("dropped_steps", [])) == 0
+
+
+def test_a_waiting_mark_and_the_next_commit_across_an_index_block(tmp_path, monkeypatch):
+    # the mark the disk refused and the commit that follows it need two reserved rows: the last of a block
+    # and the first of the next
+    from msprobe_nb.store.hdf5_layout import INDEX_BLOCK
+
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        for s in range(INDEX_BLOCK - 1):
+            w.write_step(s, {"name": [f"n{s}"]})
+        _refuse_index(monkeypatch, w)
+        w.mark_dropped(INDEX_BLOCK - 1, errno.ENOSPC)
+        monkeypatch.undo()
+        w.write_step(INDEX_BLOCK, {"name": ["last"]})
+    parts = read_hdf5(d)
+    assert parts.meta["dropped_steps"] == [INDEX_BLOCK - 1]
+    assert parts.calls["step"].tolist()[-2:] == [INDEX_BLOCK - 2, INDEX_BLOCK]
+    assert parts.calls["name"].tolist()[-1] == "last"
+
+
+def test_close_twice_after_the_disk_refused_a_mark_at_close_too(tmp_path, monkeypatch):
+    d = tmp_path / "d"
+    w = DumpWriter(d)
+    w.write_step(0, _names(0))
+    _refuse_index(monkeypatch, w)
+    w.mark_dropped(1, errno.ENOSPC)
+    w.close()  # the mark is lost with the full disk, but close() works
+    w.close()
+    monkeypatch.undo()
+    assert _steps(d) == [0]

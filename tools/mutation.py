@@ -302,6 +302,31 @@ _MONITOR_RULES_EQUIVALENT: dict[tuple, str] = {
     (191, 'core/ReplaceComparisonOperator_Gt_GtE', 7): 'dev > bar >= 0 already: dev >= 0 there',
     (197, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a bar is never negative: != 0 is > 0',
     (197, 'core/NumberReplacer', 67): "bar > -1 with a bar of 0 and dev > 0: numpy's dev / 0 is inf too",
+    **{(ln, f'core/ReplaceComparisonOperator_Eq_{op}'): 'false at n[0] itself: the general case (np.unique), which '
+       'selects the same rows; the shortcut is only quicker' for ln in (106, 107) for op in ('Gt', 'Lt', 'NotEq')},
+    (136, 'core/NumberReplacer', 45): "bar > -1 with a bar of 0 and dev > 0: numpy's dev / 0 is inf too",
+    (136, 'core/ReplaceComparisonOperator_Gt_NotEq'): 'a bar is never negative: != 0 is > 0',
+    (157, 'core/NumberReplacer', 54): 'grows one spare row: rows are read by series id, the extra one never',
+    (163, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (163, 'core/ReplaceComparisonOperator_Lt_NotEq'): 'NaN fails values > 0 already: for the rest != inf is < inf',
+    **{(174, f'core/ReplaceComparisonOperator_Eq_{op}'): 'false at count[0] itself: the general case, which gives '
+       'the same alerts (the steady case is only quicker)' for op in ('Gt', 'Lt', 'NotEq')},
+    (174, 'core/ReplaceComparisonOperator_GtE_Eq'):
+        'the steady shortcut taken less often: the general case gives the same alerts',
+    (174, 'core/ReplaceComparisonOperator_GtE_Gt'):
+        'the steady shortcut taken less often: the general case gives the same alerts',
+    (176, 'core/ReplaceComparisonOperator_GtE_Eq'):
+        'the selection of judged rows taken more often, selecting all of them when every count is past warmup',
+    (176, 'core/ReplaceComparisonOperator_GtE_Gt'):
+        'the selection of judged rows taken more often, selecting all of them when every count is past warmup',
+    (179, 'core/ReplaceBinaryOperator_BitAnd_Mul'): 'bool * bool is the logical and',
+    (191, 'core/NumberReplacer', 65): 'dev > bar >= 0 already: dev > -1 there',
+    (191, 'core/ReplaceBinaryOperator_BitAnd_FloorDiv'): "bool // bool is their logical and (numpy's x // 0 is 0)",
+    (197, 'core/ReplaceComparisonOperator_Gt_GtE'): "a bar of 0 with dev > 0: numpy's dev / 0 is inf too",
+    (213, 'core/NumberReplacer', 76): 'partitioned at h - 2 and h, the one element between them (h - 1) is in its '
+                                      'sorted place too',
+    (223, 'core/ReplaceComparisonOperator_Eq_GtE'):
+        "the rules are 'nonfinite', 'spike' and 'direction_drop': only 'spike' is >= 'spike'",
 }
 
 #: seeding.py: reasons by (line, operator). "Needs CUDA" lines run only where torch.cuda is available (an
@@ -498,6 +523,38 @@ _HDF5_WRITER_EQUIVALENT: dict[tuple, str] = {
     (493, 'core/ReplaceComparisonOperator_Gt_IsNot'): 'sets the extent it has when not greater: changes nothing',
     (496, 'core/NumberReplacer', 110): "two rows of zeros at a block's start, past every row written: the chunk is "
                                        'allocated alike',
+    (112, 'core/NumberReplacer', 6): 'a chunk cache of one byte holds no chunk (the smallest is kilobytes): as none',
+    (130, 'core/ReplaceComparisonOperator_Eq_Is'): "enc is one of ENCODINGS' (interned) literals: `is` is `==`",
+    (144, 'core/NumberReplacer', 16): 'one unused element before the first tensor: tensors are read by offset and '
+                                      'count, and the first tensor step sets the extent to whole chunks',
+    (145, 'core/ReplaceBinaryOperator_FloorDiv_Div'):
+        'TENSOR_CHUNK_BYTES is a multiple of every width: the same whole number, which h5py takes as the chunk',
+    (145, 'core/ReplaceFalseWithTrue'): 'object times in the dataset header: no reader uses them',
+    (151, 'core/ReplaceFalseWithTrue'): 'object times in the dataset header: no reader uses them',
+    (162, 'core/ReplaceTrueWithFalse'):
+        'the temporary file exists whenever this runs: made before the try, renamed as its last statement',
+    (202, 'core/ReplaceUnaryOperator_USub_Not'): 'a pending string is always in the table: the default is unread',
+    (202, 'core/ReplaceUnaryOperator_USub_UAdd'): 'a pending string is always in the table: the default is unread',
+    (205, 'core/ReplaceComparisonOperator_Eq_LtE'): "a table's length is never negative",
+    (209, 'core/ReplaceUnaryOperator_Delete_USub'): 'a pending shape is always in the table: the default is unread',
+    (414, 'core/NumberReplacer'): "the default flags are never used: write_step always passes them",
+    (446, 'core/ReplaceComparisonOperator_Eq_Is'):
+        'the widths are 1, 2, 4, 8: small ints, of which CPython keeps one object each',
+    (459, 'core/NumberReplacer', 103): 'the buffers are one-dimensional: shape[-1] is shape[0]',
+    (459, 'core/ReplaceComparisonOperator_Gt_IsNot'):
+        "may set the extent back to this step's end, above every committed byte: only a failed step's leftover "
+        "bytes go, which nothing reads",
+    (459, 'core/ReplaceComparisonOperator_Gt_NotEq'):
+        "may set the extent back to this step's end, above every committed byte: only a failed step's leftover "
+        "bytes go, which nothing reads",
+    (468, 'core/NumberReplacer', 106): 'reserves one row more: reserved rows hold fill zeros until written, never a '
+                                       'commit',
+    (477, 'core/ReplaceComparisonOperator_Gt_IsNot'): '_rows is i itself or the new object i + 1: `is not` is `>`',
+    (493, 'core/ReplaceComparisonOperator_Gt_GtE'): 'setting the extent it has changes nothing',
+    (516, 'core/ReplaceBinaryOperator_BitOr_Add'):
+        'FLAG_DROPPED lies below bit 8 and the errno above it: disjoint bits, so + is |',
+    (516, 'core/ReplaceBinaryOperator_BitOr_BitXor'):
+        'FLAG_DROPPED lies below bit 8 and the errno above it: disjoint bits, so ^ is |',
 }
 
 #: analysis/divergence.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group GD)
