@@ -33,7 +33,7 @@ MODULES: dict[str, list[str]] = {
     # -x: the rules file kills most mutants first; only its survivors pay for test_divergence.py (~2 s)
     "analysis/grading.py": ["test_grading_rules.py", "test_divergence.py"],
     "analysis/matching.py": ["test_compare_msprobe.py"],
-    "analysis/provenance.py": ["test_root_cause.py"],
+    "analysis/provenance.py": ["test_provenance_rules.py"],
     "store/hdf5_index.py": ["test_hdf5_index_rules.py"],
     "store/monitor_rules.py": ["test_monitor_rules.py"],
     # the store's round trips without its kill tests (a subprocess each, seconds per mutant)
