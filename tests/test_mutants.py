@@ -95,6 +95,12 @@ MUTANTS = [
      [f"{T}/test_divergence_rules.py::test_of_two_npu_only_producers_the_earlier_is_the_root"]),
     ("npu-only-argument", "analysis/divergence.py", '.map(first).to_numpy(dtype=np.int64)', '.map(first).to_numpy()',
      [f"{T}/test_divergence_rules.py::test_an_argument_passed_on_one_side_only_is_an_argument_that_differs"]),
+    ("msprobe-outside-by-default", "store/msprobe_reader.py", "*, allow_outside: bool = False) -> DumpParts:",
+     "*, allow_outside: bool = True) -> DumpParts:", [f"{T}/test_msprobe_reader_rules.py::"
+                                                      "test_tensor_files_outside_the_dump_are_refused_by_default_and_the_switch_is_keyword_only"]),
+    ("msprobe-kwargs-a-list", "store/msprobe_reader.py", '(kind is list and key != "input_kwargs")',
+     '(kind is list and key <= "input_kwargs")',
+     [f"{T}/test_msprobe_reader_rules.py::test_record_values_of_the_wrong_kind_are_refused"]),
 ]
 
 

@@ -52,7 +52,7 @@ MODULES: dict[str, list[str]] = {
         "test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused",
         "test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_steps",
     )]],
-    "store/msprobe_reader.py": ["test_msprobe_format.py", "test_hostile_input.py"],
+    "store/msprobe_reader.py": ["test_msprobe_reader_rules.py", "test_msprobe_format.py", "test_hostile_input.py"],
     "store/msprobe_writer.py": ["test_msprobe_format.py", "test_hostile_input.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
     "analysis/monitor_compare.py": ["test_monitor_compare_rules.py"],
@@ -613,10 +613,72 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
 }
 
+#: store/msprobe_reader.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group RD)
+_SLOW_SHAPE = "the fast path only skips work: the slow checks below refuse or accept the same shapes"
+_ONLY_PAST_MAX = ("the slow path sees a list of non-negative ints only when its product is past 2**63 - 1: "
+                  "it refuses it either way, with the same message")
+_SAME_AS_124 = ("line 124 splits every name that line 121 takes the same way (len >= 3, a counter at -2): "
+                "taking 121 more or less often changes nothing")
+_CHECK_ANYWAY = "the check only runs more often; a value it accepts is accepted either way"
+_MSPROBE_READER_EQUIVALENT: dict[tuple, str] = {
+    **{(59, f"core/ReplaceComparisonOperator_NotEq_{o}"): "a dict never has more keys than the pairs it came from: "
+       "the duplicate search only runs more often, and finds none" for o in ("Lt", "LtE", "IsNot")},
+    (84, "core/NumberReplacer", 9): "_DuplicateKey carries the one key: args[-1] is args[0]",
+    **{(101, f"core/ReplaceComparisonOperator_Lt_{o}"): "a length is never negative and '' is not digits"
+       for o in ("NotEq", "LtE", "IsNot")},
+    (101, "core/NumberReplacer", 13): "a length is never negative and '' is not digits",
+    (118, "core/NumberReplacer", 39): "tail has one token: tail[-1] is tail[0]",
+    (119, "core/NumberReplacer", 41): "tail has one token: tail[-1] is tail[0]",
+    (121, "core/ReplaceComparisonOperator_GtE_Eq"): _SAME_AS_124,
+    (121, "core/ReplaceComparisonOperator_GtE_Gt"): _SAME_AS_124,
+    **{(121, op, 1): _SAME_AS_124 + " (only the direction test moves)" for op in (
+        "core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_USub_Invert",
+        "core/ReplaceUnaryOperator_USub_Not", "core/ReplaceUnaryOperator_Delete_USub")},
+    **{(121, "core/NumberReplacer", occ): _SAME_AS_124 for occ in (42, 43, 44, 45, 47)},
+    (140, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    (162, "core/ReplaceComparisonOperator_GtE_Eq"):
+        "paths grow one key at a time from 1: any deeper container has an ancestor at exactly MAX_DEPTH",
+    (162, "core/ReplaceComparisonOperator_GtE_Is"): "100 is a cached small int: is is ==, and == is >= here",
+    (175, "core/ReplaceComparisonOperator_GtE_Eq"):
+        "depths grow by one from at most MAX_DEPTH: any deeper container has an ancestor at exactly MAX_DEPTH",
+    (175, "core/ReplaceComparisonOperator_GtE_Is"): "100 is a cached small int: is is ==, and == is >= here",
+    (211, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    **{(214, f"core/ReplaceComparisonOperator_Lt_{o}"): _SLOW_SHAPE for o in ("NotEq", "LtE")},
+    (214, "core/NumberReplacer", 76): _SLOW_SHAPE,
+    (214, "core/ReplaceComparisonOperator_IsNot_NotEq"): "classes compare equal only when they are the same class",
+    **{(218, f"core/ReplaceComparisonOperator_LtE_{o}"): _SLOW_SHAPE for o in ("Eq", "Lt", "Is")},
+    (220, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    (223, "core/ReplaceComparisonOperator_Lt_LtE"):
+        "a 0 reaches the slow path only beside a negative dimension (its product is 0): refused the same way",
+    (223, "core/NumberReplacer", 78):
+        "a 0 reaches the slow path only beside a negative dimension (its product is 0): refused the same way",
+    (226, "core/NumberReplacer"): _ONLY_PAST_MAX,
+    **{(229, f"core/ReplaceComparisonOperator_Gt_{o}"): _ONLY_PAST_MAX for o in ("NotEq", "GtE", "IsNot")},
+    (259, "core/ReplaceTrueWithFalse"): "every call tuple has one value per _BASE_COLS column: strict never fires",
+    (261, "core/ReplaceTrueWithFalse"): "every row tuple has one value per row and leaf column: strict never fires",
+    (262, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "the other columns hold scalars: an object array of them is what np.asarray gives, coerce_calls types both",
+    (262, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "the other columns hold scalars: an object array of them is what np.asarray gives, coerce_calls types both",
+    (262, "core/ReplaceComparisonOperator_Eq_Is"): "col comes from this module's literals, interned like 'shape'",
+    (294, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    (299, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    **{(305, f"core/ReplaceComparisonOperator_Is_{o}"): "a leaf dict always holds a string type name, so the test "
+       "is true whenever it was, and _check_depth accepts a leaf without containers" for o in ("Eq", "NotEq", "IsNot")},
+    (307, "core/ReplaceComparisonOperator_Eq_LtE"): "a dict holding both 'value' and 'type' has at least two keys",
+    **{(336, f"core/ReplaceComparisonOperator_NotEq_{o}"): _CHECK_ANYWAY for o in ("Lt", "Gt", "Is")},
+    (336, "core/ReplaceComparisonOperator_Is_Eq"): "classes compare equal only when they are the same class",
+    (336, "core/ReplaceOrWithAnd"): _CHECK_ANYWAY,
+    (341, "core/NumberReplacer", 93): "the list has one item: value[-1] is value[0]",
+    (424, "core/NumberReplacer"): "moves the rank count from which a progress bar is drawn: display only (and never "
+                                  "under pytest)",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
 #: occurrence) where only one of the operator's mutants on that line is equivalent
 EQUIVALENT: dict[tuple, str] = {
     **{("analysis/divergence.py", *key): why for key, why in _DIVERGENCE_EQUIVALENT.items()},
+    **{("store/msprobe_reader.py", *key): why for key, why in _MSPROBE_READER_EQUIVALENT.items()},
     **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
