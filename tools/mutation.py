@@ -32,7 +32,7 @@ MODULES: dict[str, list[str]] = {
     "analysis/divergence.py": ["test_divergence_rules.py", "test_divergence.py"],
     # -x: the rules file kills most mutants first; only its survivors pay for test_divergence.py (~2 s)
     "analysis/grading.py": ["test_grading_rules.py", "test_divergence.py"],
-    "analysis/matching.py": ["test_compare_msprobe.py"],
+    "analysis/matching.py": ["test_matching_rules.py"],
     "analysis/provenance.py": ["test_provenance_rules.py"],
     "store/hdf5_index.py": ["test_hdf5_index_rules.py"],
     "store/monitor_rules.py": ["test_monitor_rules.py"],
@@ -53,7 +53,7 @@ MODULES: dict[str, list[str]] = {
         "test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_steps",
     )]],
     "store/msprobe_reader.py": ["test_msprobe_reader_rules.py", "test_msprobe_format.py", "test_hostile_input.py"],
-    "store/msprobe_writer.py": ["test_msprobe_format.py", "test_hostile_input.py"],
+    "store/msprobe_writer.py": ["test_msprobe_writer_rules.py", "test_msprobe_format.py", "test_hostile_input.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
     "analysis/monitor_compare.py": ["test_monitor_compare_rules.py"],
     "seeding.py": ["test_seeding.py"],
@@ -674,6 +674,23 @@ _MSPROBE_READER_EQUIVALENT: dict[tuple, str] = {
                                   "under pytest)",
 }
 
+#: analysis/provenance.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group MP)
+_KIND_LITERAL = "d.kind is one of divergence.py's interned literals 'call', 'argument', 'extra', 'inputs'"
+_PROVENANCE_EQUIVALENT: dict[tuple, str] = {
+    (20, "core/AddNot"): "imports CompareResult at run time too: a name used in annotations only, no import cycle",
+    (86, "core/NumberReplacer"): "moves the default cap of the walk (a guard against huge graphs) by one",
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND for ln in (94, 96, 105)},
+    (99, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "io is input, parameters, output or parameters_grad: only 'input' is <= 'input'",
+    (199, "core/ReplaceComparisonOperator_Eq_LtE", 11): "i is an enumerate() position: never below 0",
+    (199, "core/ReplaceComparisonOperator_Eq_Is"):
+        "the path ends at the walk's own start object (parent maps it to None); no other call in it equals start",
+    (206, "core/ReplaceComparisonOperator_Eq_LtE"): "of the divergence kinds only 'argument' is <= 'argument'",
+    (206, "core/ReplaceComparisonOperator_Eq_Is"): _KIND_LITERAL,
+    (209, "core/ReplaceComparisonOperator_Eq_LtE"): "kind is not 'argument' here: of the rest only 'call' is <= 'call'",
+    (209, "core/ReplaceComparisonOperator_Eq_Is"): _KIND_LITERAL,
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
 #: occurrence) where only one of the operator's mutants on that line is equivalent
 EQUIVALENT: dict[tuple, str] = {
@@ -684,6 +701,7 @@ EQUIVALENT: dict[tuple, str] = {
     **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
     **{("store/monitor_rules.py", *key): why for key, why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", *key): why for key, why in _OVERFLOW_EQUIVALENT.items()},
+    **{("analysis/provenance.py", *key): why for key, why in _PROVENANCE_EQUIVALENT.items()},
     **{("precheck/standards.py", *key): why for key, why in _STANDARDS_EQUIVALENT.items()},
     **{("seeding.py", *key): why for key, why in _SEEDING_EQUIVALENT.items()},
     **{("analysis/monitor_compare.py", *key): why for key, why in _MONITOR_COMPARE_EQUIVALENT.items()},
