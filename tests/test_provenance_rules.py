@@ -118,6 +118,7 @@ def test_a_dropout_fed_diverging_activations_passes_them_on_and_the_walk_goes_pa
     trace = trace_randomness(_result(npu, bad), _at(LOSS, 2))
     assert list(trace.sources.call) == ["Torch.randn.0.forward"]
     assert list(trace.chain.call) == ["Torch.randn.0.forward", DROPOUT, LOSS]
+    assert list(trace.chain.role) == ["random draw", "carries it", "first divergence"]
     # same generator state on both sides, different numbers: the hardware generators differ
     assert trace.sources.iloc[0].note.startswith("same generator seed and state on both machines")
 
@@ -143,11 +144,15 @@ def test_sources_come_in_execution_order_and_the_chain_follows_the_earliest():
            rng="cuda") + _c(2, LOSS, ("Torch.randn.0.forward", "Torch.rand.0.forward"), "Functional", "mse_loss"))
     bad = {"Torch.rand.0.forward.output.0", "Torch.randn.0.forward.output.0", f"{LOSS}.input.0",
            f"{LOSS}.input.1", f"{LOSS}.output.0"}
+    npu = [{**r, "rng": "host (for cuda)"} if r["op"] == "randn" else r for r in npu]
     trace = trace_randomness(_result(npu, bad), _at(LOSS, 2))
     assert list(trace.sources.call) == ["Torch.rand.0.forward", "Torch.randn.0.forward"]
     assert list(trace.chain.call) == ["Torch.rand.0.forward", LOSS]
     assert trace.message.endswith("Torch.rand.0.forward, Torch.randn.0.forward")
-    assert len(trace.advice) == 2
+    assert [a.split(":")[0] for a in trace.advice] == ["rand", "randn"]
+    assert trace.advice[1] == "randn: already drawn on the host; check that both runs use the same seed"
+    # the walk stops once max_calls calls are known: the loss's two producers make three at once
+    assert not trace_randomness(_result(npu, bad), _at(LOSS, 2), max_calls=2).found
 
 
 def test_the_walk_stops_at_max_calls():
@@ -169,6 +174,9 @@ def test_a_backward_call_walks_to_its_forward_first():
     first = trace.chain.iloc[1]  # the backward has no stack of its own: its forward's
     assert (first.role, first.file, first.line, first.code) == ("first divergence", "/src/model.py", 12,
                                                                  "h = F.dropout(h, 0.1)")
+    stacks[(bwd, 0, 0)] = ['File "/src/train.py", line 30, in step']  # its own stack when it has one
+    first = trace_randomness(_result(npu, bad, stacks=stacks), _at(bwd, 2)).chain.iloc[1]
+    assert (first.file, first.line, first.code) == ("/src/train.py", 30, "")
     # the forward not recorded: nothing to walk to
     npu2 = [r for r in npu if r["call"] != DROPOUT]
     trace = trace_randomness(_result(npu2, bad), _at(bwd, 1))
@@ -201,7 +209,7 @@ def test_a_draw_that_passes_differences_on_is_blamed_only_when_its_generator_sta
                                                           "bernoulli_", rng="cuda", state="5 a")
     bad = {f"{LINEAR}.output.0", "Tensor.bernoulli_.0.forward.input.0", "Tensor.bernoulli_.0.forward.output.0"}
     d = _at("Tensor.bernoulli_.0.forward", 1)
-    for bench_state, found in (("5 b", True), ("5 a", False), ("", False)):
+    for bench_state, found in (("5 b", True), ("5 0", True), ("5 a", False), ("", False)):
         bench = [{**r, "rng_state": bench_state} if r["op"] == "bernoulli_" else r for r in npu]
         assert trace_randomness(_result(npu, bad, bench), d).found is found, bench_state
     no_state = [{**r, "rng_state": ""} for r in npu]
@@ -233,6 +241,59 @@ def test_rows_of_other_steps_and_ranks_are_not_read():
     assert not trace_randomness(res, d).found
 
 
+def test_rows_of_neighbouring_steps_and_ranks_are_not_read():
+    """The trace is read at step 1 rank 1; the groups before and after it differ: no draw, more diverging rows."""
+    npu, bench, bad = _randint_story()
+    other = "Torch.randn.0.forward"  # feeds GETITEM's input 0, which diverges in the other groups only
+    npu = _c(0, other, op="randn", rng="cuda", state="1 x") + [
+        {**r, "producer": other} if r["name"] == f"{GETITEM}.input.0" else r for r in npu]
+    bench = [{**r, "rng_state": "1 y"} if r["call"] == other else r for r in npu]
+    bench = [{**r, "rng_state": "7 bb"} if r["call"] == RANDINT else r for r in bench]
+    at = [(1, 1)]
+    around = [(0, 1), (1, 0), (2, 1), (1, 2), (0, 0), (2, 2)]
+    lift = lambda rows, groups, **kw: [{**r, "step": s, "rank": k, **kw} for s, k in groups for r in rows]  # noqa: E731
+    n_rows = lift(npu, around, rng="", rng_state="", op="add") + lift(npu, at)
+    b_rows = lift(bench, around, rng="", rng_state="", op="add") + lift(bench, at)
+    res = _result(n_rows, bad, b_rows)
+    res.loc[~(res["step"].eq(1) & res["rank"].eq(1)), "diverges"] = True
+    trace = trace_randomness(res, _at(LINEAR, 2, step=1, rank=1))
+    assert list(trace.sources.call) == [RANDINT] and list(trace.chain.call) == [RANDINT, GETITEM, LINEAR]
+    assert trace.sources.iloc[0].note.startswith("generator state differs")
+    assert (trace.sources.iloc[0]["step"], trace.sources.iloc[0]["rank"]) == (1, 1)
+
+
+def test_a_forward_that_was_not_recorded_is_not_walked():
+    """It takes no room under max_calls: the backward's recorded producer is read next."""
+    bwd = "Functional.linear.0.backward"
+    npu = _c(0, "Torch.rand.0.forward", op="rand", rng="cuda") + _c(1, bwd, ("Torch.rand.0.forward",),
+                                                                    "Functional", "linear")
+    bad = {"Torch.rand.0.forward.output.0", f"{bwd}.input.0", f"{bwd}.output.0"}
+    trace = trace_randomness(_result(npu, bad), _at(bwd, 1), max_calls=3)
+    assert list(trace.sources.call) == ["Torch.rand.0.forward"]
+
+
+def test_a_producer_that_was_not_recorded_ends_the_walk():
+    npu, bench, bad = _randint_story()
+    npu = [{**r, "producer": "Tensor.unrecorded.0.forward"} if r["name"] == f"{GETITEM}.input.1" else r
+           for r in npu]
+    trace = trace_randomness(_result(npu, bad, bench), _at(LINEAR, 2))
+    assert not trace.found and list(trace.chain.call) == [LINEAR]
+    assert trace.message.startswith(f"{LINEAR} receives diverging inputs, and no recorded random draw")
+
+
+def test_a_diverging_parameter_is_no_input_and_its_producer_is_not_walked():
+    """Only the producers of inputs are followed (a parameter's producer would be an earlier update)."""
+    mod = "Module.fc.Linear.forward.0"
+    init = "Init.normal_.0.forward"
+    npu = _c(0, init, (), "Init", "normal_", rng="cuda", state="1 a") + [
+        {**r, "io": "parameters", "name": f"{mod}.parameters.weight", "producer": init}
+        for r in _c(1, mod, ("",), "Module", "Linear")[:1]] + _c(1, mod, ("",), "Module", "Linear")
+    bench = [{**r, "rng_state": "1 b"} if r["call"] == init else r for r in npu]
+    bad = {f"{mod}.parameters.weight", f"{mod}.output.0"}
+    trace = trace_randomness(_result(npu, bad, bench), _at(mod, 1, "call"))
+    assert not trace.found and list(trace.chain.call) == [mod]
+
+
 def test_a_bench_table_without_steps_is_read_whole():
     npu, bench, bad = _randint_story("7 aa", "8 aa")
     res = _result(npu, bad, bench)
@@ -261,7 +322,9 @@ def test_a_table_without_divergence_flags_walks_every_producer():
     ("7 aa", "7 aa", "same generator seed and state on both machines, different numbers: the device generators "
                      "differ between machines (same seed, different hardware)"),
     ("7 aa", "9 aa", "generators seeded differently (7 vs 9): use one seed (seed_all)"),
+    ("9 aa", "7 aa", "generators seeded differently (9 vs 7): use one seed (seed_all)"),
     ("7 aa", "7 bb", "generator state differs before this draw: earlier draws or seeds differ between the runs"),
+    ("1234 bb", "1234 aa", "generator state differs before this draw: earlier draws or seeds differ between the runs"),
     ("", "7 bb", ""), ("7 aa", "", "")])
 def test_the_note_says_how_the_generators_compare(npu_state, bench_state, note):
     npu, bench, bad = _randint_story(npu_state, bench_state)
@@ -284,6 +347,8 @@ def test_the_note_says_how_the_generators_compare(npu_state, bench_state, note):
     ("Torch", "bernoulli", "cuda", "bernoulli: record with host_random=True"),
     ("Torch", "rand", "host:cpu", "rand: already drawn on the host; check that both runs use the same seed"),
     ("Torch", "rand", "cuda", "rand: draw it on the host and move it, e.g. torch.rand(..., device='cpu')"),
+    ("Init", "xavier_uniform_", "cuda", "xavier_uniform_: draw it on the host and move it"),
+    ("Torch", "rand", "xpu:0", "rand: draw it on the host and move it"),  # a device sorting after "python"
 ])
 def test_the_advice_fits_the_draw(family, op, rng, advice):
     call = f"{family}.{op}.0.forward"
