@@ -101,6 +101,17 @@ MUTANTS = [
     ("msprobe-kwargs-a-list", "store/msprobe_reader.py", '(kind is list and key != "input_kwargs")',
      '(kind is list and key <= "input_kwargs")',
      [f"{T}/test_msprobe_reader_rules.py::test_record_values_of_the_wrong_kind_are_refused"]),
+    ("blame-own-difference", "analysis/provenance.py",
+     'return ("output" in io and "input" not in io) or state_differs(call)',
+     'return "output" in io or state_differs(call)', [f"{T}/test_provenance_rules.py::"
+                                                     "test_a_dropout_fed_diverging_activations_passes_them_on_and_the_walk_goes_past_it"]),
+    ("walk-diverging-inputs", "analysis/provenance.py", "bad = [p for name, p in rows if name in diverging and p]",
+     "bad = [p for name, p in rows if p]",
+     [f"{T}/test_provenance_rules.py::test_only_the_producers_of_diverging_inputs_are_walked"]),
+    ("renumber-backward", "analysis/matching.py", '    bw = direction == "backward"', '    bw = direction == "forward"',
+     [f"{T}/test_matching_rules.py::test_backward_calls_pair_by_their_order_among_the_same_apis_backward_calls"]),
+    ("prefix-dot-boundary", "analysis/matching.py", 'rest.startswith(p + ".")', "rest.startswith(p)",
+     [f"{T}/test_matching_rules.py::test_module_prefixes_are_renamed_on_dot_boundaries_longest_first"]),
 ]
 
 
