@@ -551,3 +551,192 @@ def test_the_chain_holds_only_calls_after_the_root_not_its_enclosing_module():
             _r(1, "t", "input", parent="m"), _r(1, "t", "output", err=0.5, parent="m")]
     d = _one(rows)
     assert d.call == "t" and d.kind == "call" and d.chain == [] and d.modules == ["m"]
+
+
+# ------------------------------------------------------------------------------ more mutation survivors
+def _div(**kw):
+    from msprobe_nb.analysis.divergence import Divergence
+
+    return Divergence(**{"call": "c1", "step": 0, "rank": 0, "call_index": 1, "kind": "call", "message": "m",
+                         "rows": pd.DataFrame(columns=["name", "io", "err"]), **kw})
+
+
+def test_the_text_counts_outer_modules_and_the_calls_left_out_of_a_chain():
+    assert "inside a (+2 outer)" in str(_div(modules=["a", "b", "c"]))
+    for n, more in ((3, ""), (5, ""), (6, " ... (+1 more)"), (11, " ... (+6 more)")):
+        chain = [f"x{k}" for k in range(n)]
+        line = f"  flows into {n} later call(s): {', '.join(chain[:5])}{more}"
+        assert str(_div(chain=chain)).splitlines()[-1] == line, n
+
+
+def test_an_npu_only_call_with_arguments_and_nothing_diverging_is_no_divergence():
+    rows = _calls(2) + [_r(2, "x", "input", "0", match="npu_only"),
+                        _r(2, "x", "input", "dim", match="npu_only", kind="value", npu_value="1"),
+                        _r(2, "x", "output", match="npu_only")]
+    assert find_divergences(_t(rows), TH) == []
+
+
+def test_a_bench_side_argument_is_placed_at_its_call_beside_calls_the_bench_run_made_alone():
+    # the bench passes approximate='tanh' to c1 and also makes a call of its own (b9): c1 is the root, at its
+    # own NPU position after c0
+    rows = _calls(3)
+    rows.insert(2, _r(-1, "c1", "input", "approximate", match="bench_only", kind="value", npu_value=None,
+                      bench_value="tanh"))
+    rows.append(_r(-1, "b9", "output", match="bench_only"))
+    rows.append(_r(-1, "b9", "input", match="bench_only"))
+    t = _t(rows)
+    t["call_index"] = t["call_index"].astype("Int64")
+    t.loc[t["match"] == "bench_only", "call_index"] = pd.NA
+    d = find_divergences(t, TH)[0]
+    assert (d.call, d.kind, d.call_index, d.previous_call) == ("c1", "argument", 1, "c0")
+
+
+def test_a_draw_later_in_the_run_is_the_root_with_its_own_position_and_rows():
+    rows = _calls(5, bad_in=4, bad_out=4)
+    for r in rows:
+        r.update(npu_rng_state="", bench_rng_state="")
+    rows[6] = {**rows[6], "npu_rng_state": "s1", "bench_rng_state": "s2"}  # c3's draw (its input row)
+    d = _one(rows)
+    assert (d.call, d.call_index, d.previous_call) == ("c3", 3, "c2") and d.rows.empty
+
+
+def test_a_draw_state_that_sorts_either_way_differs_and_one_recorded_side_is_no_evidence():
+    rows = _calls(4, bad_in=3, bad_out=3)
+    for r in rows:
+        r.update(npu_rng_state="s", bench_rng_state="s")
+    rows[2] = {**rows[2], "npu_rng_state": "s2", "bench_rng_state": "s1"}  # NPU's state sorts after the bench's
+    assert _one(rows).call == "c1"
+    rows[2] = {**rows[2], "npu_rng_state": "", "bench_rng_state": "s1"}  # only the bench recorded it
+    assert _one(rows).call == "c3"
+
+
+def test_an_extra_call_shows_only_its_own_rows_not_its_consumers():
+    rows = _calls(2) + [_r(2, "x", "output", match="npu_only"),
+                        _r(3, "c2", "input", err=0.5, producer="x"), _r(3, "c2", "output", err=0.5),
+                        _r(4, "c3", "input", err=0.5, producer="c2"), _r(4, "c3", "output", err=0.5)]
+    d = _one(rows)
+    assert d.call == "x" and d.kind == "extra" and d.rows.empty and d.chain == ["c2", "c3"]
+
+
+def test_an_extra_call_behind_an_agreeing_input_is_not_blamed():
+    rows = [_r(0, "a", "output"), _r(1, "x", "output", match="npu_only"),
+            _r(2, "c2", "input", "0", err=0.5, producer="a"), _r(2, "c2", "input", "1", producer="x"),
+            _r(2, "c2", "output", err=0.5)]
+    d = _one(rows)
+    assert d.call == "c2" and d.kind == "inputs" and "although a produced them" in d.message
+
+
+def test_a_backward_with_its_own_stack_keeps_it():
+    rows = [{**r, "call": r["call"] + ".0.backward"} for r in _calls(2, bad_out=1)]
+    stacks = {"c1.0.backward": ['File "/src/own.py", line 7, in bwd'], "c1.0.forward": ['File "/src/f.py", line 5']}
+    d = _one(rows, stack_of=lambda c, s, r: stacks.get(c))
+    assert d.frame == "/src/own.py:7" and not d.message.endswith("(stack of the forward call)")
+
+
+def test_a_parent_that_names_no_recorded_call_encloses_nothing():
+    rows = [_r(0, "c0", err=0.5, parent=""), _r(1, "c1", parent=""), _r(2, "c2", err=0.5, parent="Module.gone")]
+    assert _one(rows).call == "c0"
+    rows = [_r(0, "c0", parent=""), _r(1, "c1", err=0.5, parent=""), _r(2, "c2", err=0.5, parent="Module.gone")]
+    assert _one(rows).call == "c1"
+
+
+def test_a_call_without_a_parent_is_not_nested_in_the_last_calls_module():
+    rows = [_r(0, "c0", err=0.5, parent=""), _r(1, "c1", err=0.5, parent=""), _r(2, "c2", parent="c0")]
+    assert _one(rows).call == "c0"
+
+
+def test_an_earlier_module_that_does_not_diverge_is_not_the_roots():
+    rows = [_r(0, "m", parent=""), _r(1, "c1", err=0.5, parent=""), _r(2, "c2", err=0.5, parent="m")]
+    assert _one(rows).call == "c1"
+
+
+def test_nesting_and_the_chain_hold_past_256_calls():
+    # call codes past CPython's small-int cache: a comparison by identity would miss them
+    rows = [_r(k, f"c{k}", "output", parent="") for k in range(280)]
+    rows += [_r(280, "m", "output", err=0.5, parent=""),
+             _r(281, "t", "input", parent="m"), _r(281, "t", "output", err=0.5, parent="m"),
+             _r(282, "u", "input", "0", err=0.5, producer="t", parent=""),
+             _r(282, "u", "input", "1", err=0.5, producer="t", parent=""), _r(282, "u", "output", parent="")]
+    d = _one(rows)
+    assert d.call == "t" and d.modules == ["m"] and d.chain == ["u"]
+
+
+def test_without_bench_producers_no_bench_only_call_is_blamed():
+    rows = _calls(2) + [_r(5, "c2", "input", err=0.5, producer="c1"), _r(5, "c2", "output", err=0.5)]
+    for r in rows:
+        r.update(bench_call=r["call"], bench_call_index=r["call_index"])
+    rows.append(_r(-1, "bz", "output", match="bench_only", bench_call="bz", bench_call_index=3))
+    d = _one(rows)  # a table with bench_call but no bench_producer column
+    assert d.call == "c2" and d.kind == "inputs"
+
+
+def test_a_bench_only_root_of_a_single_row_and_a_single_row_forward():
+    rows = _bench_extra_rows()
+    for r in rows:
+        r.update(bench_step=0, bench_rank=0)
+    d = _one(rows)  # the bench-only call has one row only
+    assert d.call == "bz" and d.kind == "extra" and (d.step, d.rank) == (0, 0)
+    rows = [r for r in _bench_backward_rows() if not (r["call"] == "F.a.0.forward" and r["io"] == "input")]
+    d = _one(rows)  # the forward has one (matched) row only
+    assert d.call == "B.y.0.forward" and d.kind == "extra"
+
+
+def test_the_forwards_bench_name_comes_from_its_own_matched_rows():
+    rows = _bench_backward_rows()
+    # a matched call whose name sorts before the forward's, first in the table, and an NPU-only row of the
+    # forward itself (a tensor the bench run did not pass) before its matched rows
+    rows.insert(0, _r(0, "F.a.0.aaaa", "output", bench_call="B.zz", bench_call_index=0, bench_producer=""))
+    rows.insert(0, _r(1, "F.a.0.forward", "input", "extra", match="npu_only", bench_call=None, bench_producer=""))
+    d = _one(rows)
+    assert d.call == "B.y.0.forward" and d.kind == "extra"
+
+
+def test_a_call_both_runs_made_is_no_one_sided_consumer_though_one_of_its_inputs_is():
+    rows = [_r(0, "F.a.0.forward", "input"), _r(0, "F.a.0.forward", "output"),
+            _r(1, "F.m.0.forward", "input", "0", producer="F.a.0.forward"),
+            _r(1, "F.m.0.forward", "input", "1", producer="F.a.0.forward", match="npu_only"),  # an NPU-only input
+            _r(1, "F.m.0.forward", "output"),
+            _r(2, "F.a.0.backward", "input", err=0.5), _r(2, "F.a.0.backward", "output", err=0.5)]
+    d = _one(rows)
+    assert d.call == "F.a.0.backward" and d.kind == "inputs"
+
+
+def test_the_one_sided_consumer_is_the_one_fed_by_the_forward_not_by_a_later_named_call():
+    rows = [_r(0, "F.a.0.forward", "input"), _r(0, "F.a.0.forward", "output"),
+            _r(1, "F.y.0.forward", "input", producer="F.z.0.forward", match="npu_only"),  # 'F.z' sorts after 'F.a'
+            _r(1, "F.y.0.forward", "output", match="npu_only"),
+            _r(2, "F.x.0.forward", "input", producer="F.a.0.forward", match="npu_only"),
+            _r(2, "F.x.0.forward", "output", match="npu_only"),
+            _r(3, "F.a.0.backward", "input", err=0.5), _r(3, "F.a.0.backward", "output", err=0.5)]
+    assert _one(rows).call == "F.x.0.forward"
+
+
+def test_of_two_bench_only_consumers_the_earlier_in_the_bench_run_is_named():
+    rows = _bench_backward_rows()
+    rows = [r for r in rows if r["match"] != "bench_only"]
+    for name, bci in (("B.q.0.forward", 6), ("B.y.0.forward", 2)):  # listed later-first
+        rows.append(_r(-1, "F.?", "input", match="bench_only", bench_call=name, bench_call_index=bci,
+                       bench_producer="B.a.0.forward", call_index=None))
+    t = _t(rows)
+    t["call_index"] = t["call_index"].astype("Int64")
+    d = find_divergences(t, TH)[0]
+    assert d.call == "B.y.0.forward" and d.kind == "extra"
+
+
+def test_modules_stop_at_a_call_that_is_its_own_parent_and_keep_any_name_order():
+    rows = [_r(0, "Module.fc.Linear.forward.0", "input", parent="Module.fc.Linear.forward.0"),
+            _r(1, "Functional.linear.0.forward", "output", err=0.5, parent="Module.fc.Linear.forward.0")]
+    d = _one(rows)
+    assert d.call == "Functional.linear.0.forward" and d.modules == ["Module.fc.Linear.forward.0"]
+    rows = [_r(0, "c0", "output", err=0.5, parent="c0")]
+    assert _one(rows).modules == []
+
+
+def test_the_rows_shown_have_exactly_their_columns_and_tensor_mode_built_at_run_time():
+    rows = _calls(2, bad_out=1)
+    for r in rows:
+        r.update(max_abs_err=1.0, rmse=0.1, max_rel=0.5)
+    d = _one(rows)
+    assert list(d.rows.columns) == ["name", "io", "arg", "err", "result", "max_rel", "norm_rel"]
+    mode = "".join(["ten", "sor"])  # e.g. from a command line: equal to "tensor", not the same object
+    assert {"cosine", "max_abs_err", "rmse"} <= set(_one(rows, mode=mode).rows.columns)

@@ -611,6 +611,92 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (367, "core/NumberReplacer"): "moves the walk's cap (a guard against a damaged producer cycle) by one",
     (423, "core/ReplaceUnaryOperator_USub_Not"): "call indexes are int64 in compare tables: na_value is never used",
     (467, "core/NumberReplacer"): "chained calls come after the root (codes > c0 >= 0): no code is 0 or -1",
+    (467, "core/ReplaceUnaryOperator_USub_Invert"): "chained calls come after the root (codes > c0 >= 0): none is -2",
+    (467, "core/ReplaceUnaryOperator_USub_Not"): "chained calls come after the root (codes > c0 >= 0): no code is 0",
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_Mul"): _BOOL_AND
+       for ln in (138, 139, 154, 168, 198, 300, 305, 328, 383, 414, 418, 419)},
+    **{(ln, "core/ReplaceBinaryOperator_BitAnd_FloorDiv"): _BOOL_AND for ln in (414, 458)},
+    **{(ln, "core/ReplaceBinaryOperator_BitOr_Add"): _BOOL_OR for ln in (156, 177)},
+    (73, "core/ReplaceComparisonOperator_Gt_NotEq"): "modules is not empty in this branch: != 1 is > 1",
+    (96, "core/NumberReplacer", 14): "a frame holds one newline (its header, then its source line; stacks.py and "
+                                     "msprobe's stack.json alike): maxsplit 2 is maxsplit 1",
+    **{(ln, "core/ReplaceComparisonOperator_Eq_GtE"): "kinds are tensor, value or none (schema.py): only 'value' is "
+       ">= 'value'" for ln in (138, 199)},
+    (151, "core/ReplaceBinaryOperator_BitOr_BitXor"):
+        "one-sided rows are never matched, so never diverge (diverging() needs a match): ^ is | here",
+    (152, "core/ReplaceComparisonOperator_NotEq_Gt"): "matched and npu_only sort after bench_only: > is != here",
+    **{(161, op): "every row left has a call index (NPU rows their own, bench-side argument rows their call's, "
+       "other bench-only rows dropped): na_value is never used" for op in (
+        "core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_USub_Not",
+        "core/ReplaceUnaryOperator_Delete_USub", "core/NumberReplacer")},
+    (178, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative",
+    (460, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative",
+    (460, "core/NumberReplacer", 89): "an empty idx walks nothing: the same empty chain",
+    (189, "core/ReplaceOrWithAnd"):
+        "a draw found behind the first diverging call comes before it, so its inputs agree and extra stays None; "
+        "without a draw, _extra_behind finds nothing behind inputs that agree",
+    **{(ln, "core/NumberReplacer", occ): "the rows of one call share its step, rank and call index: [-1] is [0]"
+       for ln, occ in ((196, 25), (196, 27), (254, 39), (386, 75), (386, 77), (387, 79), (388, 81), (417, 85))},
+    (197, "core/ReplaceComparisonOperator_Gt_NotEq"): "a call code is never negative",
+    (228, "core/ReplaceComparisonOperator_Eq_LtE"): "a call code is never negative",
+    **{(199, op): "own_args is read only when c0's inputs diverge, and then bad_in holds them (never empty)"
+       for op in ("core/ReplaceComparisonOperator_Gt_NotEq", "core/ReplaceComparisonOperator_Gt_GtE")},
+    (199, "core/NumberReplacer", 33): "own_args is read only when c0's inputs diverge, and then bad_in holds them",
+    (262, "core/ReplaceUnaryOperator_USub_Invert"): "~1 is -2: the walk stops at any negative code",
+    (268, "core/NumberReplacer", 42): "-2 marks an unknown parent as -1 does: the walk stops at any negative code",
+    (268, "core/NumberReplacer", 44): "-2 marks no parent as -1 does: the walk stops at any negative code",
+    (277, "core/NumberReplacer", 49): "hit[0] is the root itself: meeting it among its own parents sets root to it",
+    (278, "core/NumberReplacer", 50): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (278, "core/NumberReplacer", 51): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (279, "core/NumberReplacer", 54): "moves the depth cap (a guard against a damaged parent cycle) by one",
+    (279, "core/ReplaceComparisonOperator_Lt_NotEq"): "depth goes up by one from 0: != 256 stops where < 256 does",
+    (297, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    **{(300, op): "adds output rows, whose producer is their own call (a call is expanded once, after it was seen: "
+       "the self-loop adds nothing), and inputs without a producer ('' names no call)" for op in (
+        "core/ReplaceBinaryOperator_BitAnd_Add", "core/ReplaceBinaryOperator_BitAnd_Div",
+        "core/ReplaceBinaryOperator_BitAnd_Pow", "core/ReplaceBinaryOperator_BitAnd_BitOr")},
+    **{(ln, op): "moves the walk's cap (a guard against huge or damaged producer graphs) by one or lifts it: the "
+       "walk still ends when its queue empties" for ln in (308, 332, 367)
+       for op in ("core/ReplaceComparisonOperator_Lt_NotEq", "core/ReplaceComparisonOperator_Lt_LtE")},
+    (332, "core/NumberReplacer", 63): "moves the walk's cap (a guard against a damaged producer cycle) by one",
+    (333, "core/NumberReplacer", 65): "pop(-1): every reachable NPU-only call is still visited, and the earliest "
+                                      "code is kept",
+    (338, "core/ReplaceComparisonOperator_Eq_GtE"): "of matched, npu_only and bench_only only npu_only is >= it",
+    (340, "core/ReplaceComparisonOperator_Lt_LtE"): "a call is visited once (seen): c == found never happens",
+    (343, "core/ReplaceAndWithOr"): "revisits producers already seen: the same calls, more work (a producer comes "
+                                    "before its consumer, so there is no cycle and the walk ends)",
+    (358, "core/ReplaceComparisonOperator_Eq_LtE"): "of matched, npu_only and bench_only only bench_only is <= it",
+    (358, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "takes every row's bench call; the difference that follows removes those of matched and NPU rows: the "
+        "same set",
+    **{(362, op): "bci is read only for rows with a bench call (NPU-only rows have none): na_value is never used"
+       for op in ("core/ReplaceUnaryOperator_USub_Invert", "core/ReplaceUnaryOperator_Delete_USub",
+                  "core/ReplaceUnaryOperator_USub_Not", "core/NumberReplacer")},
+    (370, "core/ReplaceComparisonOperator_Lt_LtE"):
+        "distinct bench calls have distinct bench call indexes, and a call is visited once: <= is <",
+    (383, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "adds the NPU-only rows, whose bench call index is -1 (none): never after the root",
+    **{(384, op): "only matched rows are read (after), and they have a call index: na_value is never used"
+       for op in ("core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_USub_Invert",
+                  "core/ReplaceUnaryOperator_USub_Not", "core/NumberReplacer")},
+    **{(ln, op): "side is this module's literal 'npu' or 'bench': >= 'npu' and `is` are == here"
+       for ln in (407, 423, 436)
+       for op in ("core/ReplaceComparisonOperator_Eq_GtE", "core/ReplaceComparisonOperator_Eq_Is")},
+    (413, "core/ReplaceComparisonOperator_Eq_LtE"): "'bench' is <= 'bench' and 'npu' is not: the same test",
+    (413, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "for the NPU side the forward's name is looked up in its own column: the same name; only an NPU-only "
+        "forward has no matched row, and its backward is NPU-only too, never a diverging root",
+    (418, "core/ReplaceBinaryOperator_BitAnd_Add"):
+        "adds the other side's one-sided rows, whose producer on this side is '' (compare_table.py): never the "
+        "forward's name",
+    (418, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "adds matched rows (which the name test removes) and, for npu_only, bench-only rows, whose NPU producer "
+        "is '': never the forward's name",
+    (418, "core/ReplaceComparisonOperator_Eq_IsNot"):
+        "adds the other side's one-sided rows (matched names are removed by the name test), whose producer on "
+        "this side is '': never the forward's name",
+    **{(423, op): "the rows hit are this side's own, which have its call index: na_value is never used"
+       for op in ("core/ReplaceUnaryOperator_USub_Invert", "core/ReplaceUnaryOperator_Delete_USub")},
 }
 
 #: store/msprobe_reader.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group RD)
