@@ -428,3 +428,93 @@ def test_a_large_table_with_renamed_rows_or_empty_io_columns_pairs_by_name():
     bench.loc[7, "name"] = "renamed2"
     got = _pairs(npu, bench)
     assert ("renamed", None) in got and (None, "renamed2") in got and len(got) == 5101
+
+
+def _rare_row(name: str, arg: str) -> tuple[pd.DataFrame, str]:
+    """5100 rows of 2550 calls; row 8 (input 0 of call 4, a row the consistency sample does not read) renamed."""
+    npu = _t([LIN.format(k) for k in range(2550)])
+    npu.loc[8, ["name", "arg"]] = [name, arg]
+    return npu, LIN.format(4)
+
+
+def test_a_rare_argument_of_a_large_table_keeps_its_own_suffix():
+    npu, c4 = _rare_row(f"{LIN.format(4)}.input.10", "10")
+    bench = _t([c4], ios=("input.10", "output.0"))
+    got = [x for x in _pairs(npu, bench) if x[1] is not None]
+    assert got == _same([f"{c4}.input.10", f"{c4}.output.0"])
+
+
+def test_a_renamed_row_of_a_large_table_pairs_by_its_whole_name():
+    npu, c4 = _rare_row("renamed", "0")
+    bench = _t([c4])
+    got = _pairs(npu, bench)
+    assert ("renamed", None) in got and (None, f"{c4}.input.0") in got
+    assert (f"{c4}.output.0", f"{c4}.output.0") in got
+
+
+def test_several_npu_steps_against_one_bench_step_pair_by_number_only():
+    npu = pd.concat([_t(["a"], step=s) for s in (0, 1)], ignore_index=True)
+    pairs, unpaired, notes = pair_groups(npu, _t(["a"], step=1))
+    assert pairs[["step", "bench_step"]].values.tolist() == [[1, 1]]
+    assert unpaired.values.tolist() == [["npu", 0, 0, 2]] and len(notes) == 1
+
+
+def test_match_rows_takes_the_tables_by_position_or_name_and_the_options_by_name():
+    t = _t(["a"])
+    assert list(match_rows(npu=t, bench=t).bench_idx) == [0, 1]
+    with pytest.raises(TypeError):
+        match_rows(t, t, True)
+
+
+def test_a_bench_only_row_sits_before_the_next_npu_row_after_its_predecessor():
+    a, b, c, d, e = (LIN.format(k) for k in range(5))
+    o = ".output.0"
+    npu = _t([a, b, d, e], ios=("output.0",))
+    bench = _t([a, b, c, e], ios=("output.0",))
+    assert _pairs(npu, bench) == [(a + o, a + o), (b + o, b + o), (None, c + o), (d + o, None), (e + o, e + o)]
+
+
+def test_groups_that_called_different_apis_still_pair_within_each_group():
+    a, b, c = LIN.format(0), "Torch.add.0.forward", "Torch.mul.0.forward"
+    d = "Torch.sub.0.forward"
+    for first, second in (([a, b], a), ([a, b, c], a), ([a, b, c], b), ([a, b, c, d], a)):
+        npu = pd.concat([_t(first, rank=0, ios=("output.0",)), _t([second], rank=1, ios=("output.0",))],
+                        ignore_index=True)
+        bench = pd.concat([_t([a], rank=0, ios=("output.0",)), _t([second], rank=1, ios=("output.0",))],
+                          ignore_index=True)
+        m = match_rows(npu, bench)
+        n = len(first)
+        assert list(m.npu_idx) == list(range(n + 1)) and list(m.bench_idx) == [0] + [-1] * (n - 1) + [1]
+        assert list(m.pair) == [0] * n + [1]
+
+
+def test_a_large_table_whose_first_row_disagrees_with_its_arg_column_is_read_by_names():
+    npu = _t([LIN.format(k) for k in range(2550)])
+    npu.loc[0, "arg"] = "5"
+    c0 = LIN.format(0)
+    assert (f"{c0}.input.0", f"{c0}.input.0") in _pairs(npu, _t([c0]))
+
+
+def test_a_rare_output_of_a_large_table_keeps_its_own_suffix():
+    npu, c4 = _rare_row(f"{LIN.format(4)}.input.0", "0")
+    npu.loc[9, ["name", "arg"]] = [f"{c4}.output.1", "1"]  # row 9, another the sample does not read
+    got = _pairs(npu, _t([c4]))
+    assert (f"{c4}.output.1", None) in got and (None, f"{c4}.output.0") in got
+
+
+def test_the_backward_order_is_counted_in_each_group_on_its_own():
+    npu = pd.concat([_t([LINB.format(1), LINB.format(0)], rank=0, ios=("output.0",)),
+                     _t([LINB.format(0), LINB.format(1)], rank=1, ios=("output.0",))], ignore_index=True)
+    bench = pd.concat([_t([LINB.format(3), LINB.format(2)], rank=0, ios=("output.0",)),
+                       _t([LINB.format(7), LINB.format(8)], rank=1, ios=("output.0",))], ignore_index=True)
+    assert _pairs(npu, bench)[2:] == [(f"{LINB.format(0)}.output.0", f"{LINB.format(7)}.output.0"),
+                                      (f"{LINB.format(1)}.output.0", f"{LINB.format(8)}.output.0")]
+
+
+def test_calls_without_a_counter_pair_among_counted_ones():
+    calls = ["Tensor.add", LIN.format(0), "Tensor.mul", LIN.format(1), LIN.format(2), "x"]
+    npu = _t(calls)
+    bench = _t(calls[1:] + ["Tensor.sub"])
+    got = _pairs(npu, bench)
+    assert [x for x in got if x[0] and x[1]] == _same([f"{c}.{s}" for c in calls[1:] for s in ("input.0",
+                                                                                                 "output.0")])
