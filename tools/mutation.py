@@ -551,6 +551,9 @@ _HDF5_WRITER_EQUIVALENT: dict[tuple, str] = {
                                        'commit',
     (477, 'core/ReplaceComparisonOperator_Gt_IsNot'): '_rows is i itself or the new object i + 1: `is not` is `>`',
     (493, 'core/ReplaceComparisonOperator_Gt_GtE'): 'setting the extent it has changes nothing',
+    (494, 'core/ReplaceUnaryOperator_USub_Invert', 14):
+        'differs only when one reservation ends exactly on a block boundary past the extent (a block of marks '
+        'waiting at once): one more empty block, never read',
     (516, 'core/ReplaceBinaryOperator_BitOr_Add'):
         'FLAG_DROPPED lies below bit 8 and the errno above it: disjoint bits, so + is |',
     (516, 'core/ReplaceBinaryOperator_BitOr_BitXor'):
