@@ -477,15 +477,17 @@ def test_a_bench_only_row_sits_before_the_next_npu_row_after_its_predecessor():
 def test_groups_that_called_different_apis_still_pair_within_each_group():
     a, b, c = LIN.format(0), "Torch.add.0.forward", "Torch.mul.0.forward"
     d = "Torch.sub.0.forward"
-    for first, second in (([a, b], a), ([a, b, c], a), ([a, b, c], b), ([a, b, c, d], a)):
-        npu = pd.concat([_t(first, rank=0, ios=("output.0",)), _t([second], rank=1, ios=("output.0",))],
+    for first, second in (([a, b], [a]), ([a, b, c], [a]), ([a, b, c], [b]), ([a, b, c, d], [a]),
+                          ([a, b, c], [a, b])):
+        npu = pd.concat([_t(first, rank=0, ios=("output.0",)), _t(second, rank=1, ios=("output.0",))],
                         ignore_index=True)
-        bench = pd.concat([_t([a], rank=0, ios=("output.0",)), _t([second], rank=1, ios=("output.0",))],
+        bench = pd.concat([_t([a], rank=0, ios=("output.0",)), _t(second, rank=1, ios=("output.0",))],
                           ignore_index=True)
         m = match_rows(npu, bench)
-        n = len(first)
-        assert list(m.npu_idx) == list(range(n + 1)) and list(m.bench_idx) == [0] + [-1] * (n - 1) + [1]
-        assert list(m.pair) == [0] * n + [1]
+        n, k = len(first), len(second)
+        assert list(m.npu_idx) == list(range(n + k))
+        assert list(m.bench_idx) == [0] + [-1] * (n - 1) + list(range(1, k + 1))
+        assert list(m.pair) == [0] * n + [1] * k
 
 
 def test_a_large_table_whose_first_row_disagrees_with_its_arg_column_is_read_by_names():
@@ -518,3 +520,13 @@ def test_calls_without_a_counter_pair_among_counted_ones():
     got = _pairs(npu, bench)
     assert [x for x in got if x[0] and x[1]] == _same([f"{c}.{s}" for c in calls[1:] for s in ("input.0",
                                                                                                  "output.0")])
+
+
+def test_a_rare_keyword_argument_among_parameter_rows_keeps_its_own_suffix():
+    npu, c4 = _rare_row(f"{LIN.format(4)}.input.cache_index", "cache_index")
+    c1 = LIN.format(1)
+    npu.loc[2, ["name", "io"]] = [f"{c1}.parameters.0", "parameters"]
+    npu.loc[3, ["name", "io"]] = [f"{c1}.parameters_grad.0", "parameters_grad"]
+    bench = _t([c4], ios=("input.cache_index", "output.0"))
+    got = [x for x in _pairs(npu, bench) if x[1] is not None]
+    assert got == _same([f"{c4}.input.cache_index", f"{c4}.output.0"])
