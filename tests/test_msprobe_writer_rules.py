@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -227,7 +228,7 @@ def test_json_is_utf8_and_lone_surrogates_become_escapes(tmp_path):
     assert '"é"'.encode() in raw and b"\n \"task\"" in raw  # indent 1
     out = export_msprobe(_dump([_row(kind="value", value='"\\udc80"', arg="0")]), tmp_path / "s")
     raw = (out / "step0/rank0/dump.json").read_bytes()
-    assert b'"\\udc80"' in raw and raw.isascii()
+    assert b'"\\udc80"' in raw and raw.isascii() and b"\n \"task\"" in raw
 
 
 def test_shared_tensors_are_copied_missing_ones_warned_and_tensors_false_writes_none(tmp_path):
@@ -266,3 +267,76 @@ def test_every_step_and_rank_gets_its_folder(tmp_path):
     out = export_msprobe(_dump(rows), tmp_path / "o")
     assert sorted(str(p.relative_to(out)) for p in out.glob("step*/rank*/dump.json")) == [
         "step0/rank0/dump.json", "step0/rank1/dump.json", "step2/rank0/dump.json"]
+
+
+# ----------------------------------------------------------------------------- edges
+def test_safe_file_names_keep_characters_past_the_surrogates():
+    assert safe_file_name("\ud800\udfff\ue000\uffff😀") == "__\ue000\uffff😀"
+
+
+def test_object_arrays_are_never_pickled_into_npy_files(tmp_path):
+    d = _dump([_row(data_name="x.npy")], task="tensor", tensors={"x.npy": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(ValueError, match="Object arrays cannot be saved when allow_pickle=False"):
+        export_msprobe(d, tmp_path / "o")
+
+
+def _gone(key):
+    raise FileNotFoundError(key)
+
+
+def test_the_missing_tensors_warning_names_the_callers_line(tmp_path):
+    d = _dump([_row(data_name="gone.npy")], task="tensor", tensors={})
+    d._parts.tensor_loader = _gone
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_msprobe(d, tmp_path / "o")
+    assert [w.filename for w in caught] == [__file__]
+
+
+def test_a_dtensor_shard_read_from_a_file_is_written_as_a_plain_tensor():
+    assert _leaf(_row(value_type="".join(["D", "Tensor"])))["type"] == "torch.Tensor"  # not an interned literal
+
+
+def test_an_l1_dump_read_from_a_file_gets_an_empty_construct_json(tmp_path):
+    level = "".join(["L", "1"])  # as read from a file: not the interned literal
+    out = export_msprobe(_dump([_row()], level=level), tmp_path / "o")
+    assert _read(out, "construct.json") == {}
+
+
+@pytest.mark.parametrize("args,kind,length", [
+    ([str(i) for i in range(63)] + ["2000"], list, 2001),  # 64 items: a far index up to 16 * 64 + 1024 is a list
+    (["0", "1055"], list, 1056), (["0", "1056"], dict, 2),
+])
+def test_how_far_an_index_may_reach_grows_with_the_number_of_items(args, kind, length):
+    call = "Functional.relu.0.forward"
+    out = _records([_row(arg=f"0.{a}") for a in args])[call]["input_args"][0]
+    assert type(out) is kind and len(out) == length
+
+
+def test_rows_sharing_a_tensor_file_name_write_it_once(tmp_path):
+    d = _dump([_row(arg="0", data_name="x.npy"), _row(arg="1", data_name="x.npy")], task="tensor",
+              tensors={"x.npy": np.arange(2.0)})
+    out = export_msprobe(d, tmp_path / "o")
+    assert [p.name for p in (out / "step0/rank0/dump_tensor_data").iterdir()] == ["x.npy"]
+    assert [a["data_name"] for a in _read(out, "dump.json")["data"]["Functional.relu.0.forward"]["input_args"]] == [
+        "x.npy", "x.npy"]
+
+
+def test_a_tensor_row_read_from_a_file_is_written_as_a_tensor():
+    assert _leaf(_row(kind="".join(["ten", "sor"])))["type"] == "torch.Tensor"  # not the interned literal
+
+
+def test_recompute_and_undirected_calls_keep_their_io_keys_as_they_are():
+    rec = "Functional.relu.0.recompute"
+    got = _records([_row(rec, "input", "0", direction="recompute"), _row(rec, "output", "0", direction="recompute")])
+    assert list(got[rec]) == ["input", "output"] and len(got[rec]["input"]) == 1
+    plain = "Distributed.barrier"
+    got = _records([_row(plain, "input", "0", direction="")])
+    assert list(got[plain]) == ["input"] and len(got[plain]["input"]) == 1
+
+
+def test_exporting_again_into_the_same_folder_overwrites_it(tmp_path):
+    d = _dump([_row(data_name="x.npy")], task="tensor", tensors={"x.npy": np.arange(2.0)})
+    first = export_msprobe(d, tmp_path / "o")
+    again = export_msprobe(d, tmp_path / "o")
+    assert first == again and np.load(again / "step0/rank0/dump_tensor_data/x.npy").tolist() == [0.0, 1.0]
