@@ -496,7 +496,7 @@ def test_the_default_writer_lets_readers_in_while_it_writes(tmp_path):
         assert w._file is not None and not w._file.swmr_mode
 
 
-@pytest.mark.parametrize("level, ok", [(0, True), (9, True), (-1, False), (10, False)])
+@pytest.mark.parametrize("level, ok", [(0, True), (9, True), (-1, False), (10, False), (True, False)])
 def test_tensor_gzip_levels_are_zero_to_nine(tmp_path, level, ok):
     d = tmp_path / "d"
     if not ok:

@@ -135,7 +135,7 @@ class DumpWriter:
                 tfilt = {"shuffle": False}
             elif tensor_compression == "lzf":
                 tfilt = {"compression": "lzf", "shuffle": True}
-            elif isinstance(tensor_compression, int) and 0 <= tensor_compression <= 9:
+            elif type(tensor_compression) is int and 0 <= tensor_compression <= 9:  # not a bool
                 tfilt = {"compression": "gzip", "compression_opts": tensor_compression, "shuffle": True}
             else:
                 raise ValueError("tensor_compression must be 'same', None, 'lzf' or a gzip level 0-9, "
