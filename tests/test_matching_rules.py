@@ -488,6 +488,10 @@ def test_groups_that_called_different_apis_still_pair_within_each_group():
         assert list(m.npu_idx) == list(range(n + k))
         assert list(m.bench_idx) == [0] + [-1] * (n - 1) + list(range(1, k + 1))
         assert list(m.pair) == [0] * n + [1] * k
+    # more groups than call names
+    npu = pd.concat([_t([a, b] if r == 0 else [a], rank=r, ios=("output.0",)) for r in range(3)], ignore_index=True)
+    bench = pd.concat([_t([a], rank=r, ios=("output.0",)) for r in range(3)], ignore_index=True)
+    assert list(match_rows(npu, bench).bench_idx) == [0, -1, 1, 2]
 
 
 def test_a_large_table_whose_first_row_disagrees_with_its_arg_column_is_read_by_names():
@@ -530,3 +534,9 @@ def test_a_rare_keyword_argument_among_parameter_rows_keeps_its_own_suffix():
     bench = _t([c4], ios=("input.cache_index", "output.0"))
     got = [x for x in _pairs(npu, bench) if x[1] is not None]
     assert got == _same([f"{c4}.input.cache_index", f"{c4}.output.0"])
+
+
+def test_a_name_without_a_counter_never_pairs_with_a_counted_call_of_the_same_stem():
+    npu = _t(["Functional.linear.forward", "Functional.linear.backward"], ios=("output.0",))
+    bench = _t([LIN.format(0), LINB.format(0)], ios=("output.0",))
+    assert all(n is None or b is None for n, b in _pairs(npu, bench))
