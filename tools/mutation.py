@@ -780,6 +780,55 @@ _PROVENANCE_EQUIVALENT: dict[tuple, str] = {
     (209, "core/ReplaceComparisonOperator_Eq_Is"): _KIND_LITERAL,
 }
 
+#: analysis/matching.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group MP)
+_UNIQUE_CODES = "a multiplier above the column's largest code still gives one code per combination"
+_NOT_EMPTY = "the array is never empty here (a paired group has rows): initial= is not read"
+_MATCHING_EQUIVALENT: dict[tuple, str] = {
+    (140, "core/ReplaceComparisonOperator_Eq_GtE"): "rsplit('.', 2) gives at most 3 parts: >= 3 is == 3",
+    (164, "core/ReplaceComparisonOperator_Lt_NotEq"):
+        "the exact way at every size but 5000, where the fast path runs as before: the same suffixes, only slower",
+    (164, "core/NumberReplacer"): "moves by one row the size from which the sampled fast path runs (a speed choice)",
+    (169, "core/NumberReplacer"): "ac < len(au): ic * (len(au) + 0 or + 2) + ac is still one code per (io, arg)",
+    (169, "core/ReplaceBinaryOperator_Add_Div"): "len(au) / 1 as a float: still one code per (io, arg) (ac < len(au))",
+    (169, "core/ReplaceBinaryOperator_Add_Pow"): "len(au) ** 1 is len(au): still one code per (io, arg) (ac < len(au))",
+    (176, "core/ReplaceBinaryOperator_Sub_Div"):
+        "a row escapes the exact way only if len(name) / len(call) is its suffix's length (8 or more): never for "
+        "call + suffix, whose ratio is below 2; else every row takes the exact way, only slower",
+    (176, "core/ReplaceBinaryOperator_Sub_LShift"):
+        "name << call lengths is never a suffix's length: every row is odd and takes the exact way, only slower",
+    (198, "core/NumberReplacer"): "one step on each side: [-1] is [0] ([1] fails)",
+    (199, "core/NumberReplacer"): "one step on each side: [-1] is [0] ([1] fails)",
+    **{(285, "core/NumberReplacer", k): "fresh keys need only exceed every key (neither key array is empty): a "
+       "larger start or step gives keys no row has, alike" for k in (64, 65, 66)},
+    **{(290, f"core/ReplaceBinaryOperator_Add_{o}"):
+       "rows given fresh keys are NPU rows whose key no bench row has: sharing one (// 1, ** 1) or skipping values "
+       "(<< 1) leaves each unmatched alike" for o in ("FloorDiv", "Pow", "LShift")},
+    **{(311, f"core/ReplaceBinaryOperator_Add_{o}"):
+       "the tie-break among bench-only rows sharing an anchor: x - 1, * 1, / 1, // 1, ** 1 keep their bench order, "
+       "x % 1 ties them and the stable lexsort keeps it; no NPU row shares a primary (x.5 or -inf)"
+       for o in ("Sub", "Mul", "Div", "FloorDiv", "Pow", "Mod")},
+    (314, "core/NumberReplacer"): "index -1 is read only where np.where discards it (pos < 0)",
+    (327, "core/NumberReplacer", 88): _UNIQUE_CODES,
+    (327, "core/NumberReplacer", 89): _NOT_EMPTY,
+    (327, "core/ReplaceBinaryOperator_Add_Sub", 14): "pair * K - code with 0 <= code < K: one code per (pair, call)",
+    (327, "core/ReplaceBinaryOperator_Add_LShift"):
+        "max << 1 >= max + 1 from max 1 on; with one call name (max 0) the instances merged across groups are one "
+        "call, numbered alike in each group",
+    (328, "core/NumberReplacer", 92): _NOT_EMPTY,
+    (328, "core/ReplaceUnaryOperator_USub_Not"): _NOT_EMPTY,
+    (328, "core/ReplaceUnaryOperator_USub_Invert"): _NOT_EMPTY,
+    (347, "core/ReplaceFalseWithTrue"):
+        "cumcount numbers rows within their group in row order whatever the groups' order",
+    (354, "core/NumberReplacer"): "every part has the same length: the last part's is the first's",
+    (358, "core/NumberReplacer"): "the column's codes shift by one uniformly: the same combinations",
+    (362, "core/ReplaceBinaryOperator_Add_Sub"): "key * K - col with 0 <= col < K: one code per (key, col)",
+    (362, "core/NumberReplacer", 100): _UNIQUE_CODES,
+    (362, "core/NumberReplacer", 101): _NOT_EMPTY,
+    (362, "core/NumberReplacer", 102): _UNIQUE_CODES,
+    (369, "core/ReplaceComparisonOperator_Eq_Lt"): "an empty key gives an empty cumcount anyway",
+    (369, "core/NumberReplacer", 105): "an empty key gives an empty cumcount anyway",
+}
+
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
 #: occurrence) where only one of the operator's mutants on that line is equivalent
 EQUIVALENT: dict[tuple, str] = {
@@ -791,6 +840,7 @@ EQUIVALENT: dict[tuple, str] = {
     **{("store/monitor_rules.py", *key): why for key, why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", *key): why for key, why in _OVERFLOW_EQUIVALENT.items()},
     **{("analysis/provenance.py", *key): why for key, why in _PROVENANCE_EQUIVALENT.items()},
+    **{("analysis/matching.py", *key): why for key, why in _MATCHING_EQUIVALENT.items()},
     **{("precheck/standards.py", *key): why for key, why in _STANDARDS_EQUIVALENT.items()},
     **{("seeding.py", *key): why for key, why in _SEEDING_EQUIVALENT.items()},
     **{("analysis/monitor_compare.py", *key): why for key, why in _MONITOR_COMPARE_EQUIVALENT.items()},
