@@ -340,3 +340,21 @@ def test_exporting_again_into_the_same_folder_overwrites_it(tmp_path):
     first = export_msprobe(d, tmp_path / "o")
     again = export_msprobe(d, tmp_path / "o")
     assert first == again and np.load(again / "step0/rank0/dump_tensor_data/x.npy").tolist() == [0.0, 1.0]
+
+
+def test_a_statistics_dump_writes_no_tensor_files_and_tensors_is_keyword_only(tmp_path):
+    d = _dump([_row(data_name="x.npy")], task="statistics", tensors={"x.npy": np.arange(2.0)})
+    out = export_msprobe(d, tmp_path / "o")
+    assert _read(out, "dump.json")["dump_data_dir"] is None
+    assert not (out / "step0/rank0/dump_tensor_data").exists()
+    with pytest.raises(TypeError):
+        export_msprobe(d, tmp_path / "p", False)
+
+
+def test_the_missing_tensors_warning_gives_the_first_step_and_rank_as_its_example(tmp_path):
+    rows = [_row(step=1, rank=1, data_name="a.npy"), _row(step=1, rank=0, data_name="b.npy"),
+            _row(step=0, rank=1, data_name="c.npy")]
+    d = _dump(rows, task="tensor", tensors={})
+    d._parts.tensor_loader = _gone
+    with pytest.warns(UserWarning, match=r"3 tensor file\(s\) .* e\.g\. step0/rank1/dump_tensor_data/c\.npy$"):
+        export_msprobe(d, tmp_path / "o")
