@@ -52,6 +52,9 @@ MODULES: dict[str, list[str]] = {
         "test_coded_columns_repeat_their_values_by_code_and_bad_codes_are_refused",
         "test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_steps",
     )]],
+    # the reader's integrity checks of ids (SCOPES), then the round trips that decode every column
+    "store/hdf5_reader.py": ["test_hdf5_reader_rules.py", *[f"test_store_hdf5.py::{t}" for t in (
+        "test_every_column_round_trips", "test_missing_columns_get_schema_defaults_and_none_strings_become_empty")]],
     "store/msprobe_reader.py": ["test_msprobe_reader_rules.py", "test_msprobe_format.py", "test_hostile_input.py"],
     "store/msprobe_writer.py": ["test_msprobe_writer_rules.py", "test_msprobe_format.py", "test_hostile_input.py"],
     "precheck/standards.py": ["test_standards_rules.py"],
@@ -66,6 +69,8 @@ SCOPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "store/hdf5_writer.py": ("numbering and commit", (
         "__init__", "_create", "_intern", "_shape_id", "_rollback", "write_step", "_prepare", "_write",
         "_reserve_index", "_append_index", "mark_dropped", "_flush_drops", "_write_drops", "close", "_release")),
+    # the integrity checks of ids and tensor bytes; the commit index's own checks are store/hdf5_index.py
+    "store/hdf5_reader.py": ("integrity checks", ("_check_tensor_index", "_check_ids", "column")),
 }
 OUT_OF_SCOPE = "out of scope"
 

@@ -181,6 +181,12 @@ class _File:
         self.tree = _Tree(self.rank, self.vocab, con_step, con_call, con_parent)
         self.tensors = {k: whole(f"tensors/{k}") for k in ("name", "step", "buffer", "offset", "count",
                                                                  "dtype", "shape")}
+        self._check_tensor_index(f, end)
+        return None
+
+    def _check_tensor_index(self, f: h5py.File, end: dict[str, int]) -> None:
+        """The tensor index names strings, shapes and buffer bytes that exist (ValueError otherwise: a damaged
+        or hostile file, reported by ``__init__`` as a DumpFormatError naming it)."""
         t = self.tensors
         self._check_ids(t["name"], "tensors/name")
         self._check_ids(t["dtype"], "tensors/dtype")
@@ -195,7 +201,6 @@ class _File:
                                  f"tensor index needs {stop}")
         if not np.isin(t["buffer"], TENSOR_WIDTHS).all():
             raise ValueError("tensors/buffer holds an unknown buffer width")
-        return None
 
     def _check_ids(self, ids: np.ndarray, name: str, allow_missing: bool = False) -> None:
         if len(ids) and (ids.max() >= len(self.vocab) or ids.min() < (-1 if allow_missing else 0)):
