@@ -584,11 +584,13 @@ def test_a_bench_side_argument_is_placed_at_its_call_beside_calls_the_bench_run_
                       bench_value="tanh"))
     rows.append(_r(-1, "b9", "output", match="bench_only"))
     rows.append(_r(-1, "b9", "input", match="bench_only"))
+    # pair 1, after an agreeing pair 0: its rows' labels in the table do not start at 0
+    rows = [{**r, "pair": 0, "rank": 0} for r in _calls(3)] + [{**r, "pair": 1, "rank": 1} for r in rows]
     t = _t(rows)
     t["call_index"] = t["call_index"].astype("Int64")
     t.loc[t["match"] == "bench_only", "call_index"] = pd.NA
     d = find_divergences(t, TH)[0]
-    assert (d.call, d.kind, d.call_index, d.previous_call) == ("c1", "argument", 1, "c0")
+    assert (d.call, d.kind, d.call_index, d.previous_call, d.rank) == ("c1", "argument", 1, "c0", 1)
 
 
 def test_a_draw_later_in_the_run_is_the_root_with_its_own_position_and_rows():
@@ -687,6 +689,9 @@ def test_the_forwards_bench_name_comes_from_its_own_matched_rows():
     # forward itself (a tensor the bench run did not pass) before its matched rows
     rows.insert(0, _r(0, "F.a.0.aaaa", "output", bench_call="B.zz", bench_call_index=0, bench_producer=""))
     rows.insert(0, _r(1, "F.a.0.forward", "input", "extra", match="npu_only", bench_call=None, bench_producer=""))
+    for r in rows:  # no bench row without a producer: a forward taken as named '' would find no consumer
+        if r["match"] == "bench_only" and not r["bench_producer"]:
+            r["bench_producer"] = "B.p.0.forward"
     d = _one(rows)
     assert d.call == "B.y.0.forward" and d.kind == "extra"
 

@@ -694,6 +694,9 @@ _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (413, "core/ReplaceComparisonOperator_Eq_GtE"):
         "for the NPU side the forward's name is looked up in its own column: the same name; only an NPU-only "
         "forward has no matched row, and its backward is NPU-only too, never a diverging root",
+    (414, "core/ReplaceComparisonOperator_Eq_LtE", 19):
+        "adds bench-only rows named like the forward: a bench-only row holds its bench call in `call` "
+        "(compare_table.py), so it is the forward's own bench call, of the same bench name",
     (418, "core/ReplaceBinaryOperator_BitAnd_Add"):
         "adds the other side's one-sided rows, whose producer on this side is '' (compare_table.py): never the "
         "forward's name",
