@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from msprobe_nb.store.dump import Dump
+from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.msprobe_writer import build_records, export_msprobe, msprobe_data_name, safe_file_name
 from msprobe_nb.store.schema import DumpParts
 
@@ -358,3 +359,14 @@ def test_the_missing_tensors_warning_gives_the_first_step_and_rank_as_its_exampl
     d._parts.tensor_loader = _gone
     with pytest.warns(UserWarning, match=r"3 tensor file\(s\) .* e\.g\. step0/rank1/dump_tensor_data/c\.npy$"):
         export_msprobe(d, tmp_path / "o")
+
+
+def test_two_tensors_meeting_in_one_file_name_are_refused_naming_both_rows(tmp_path):
+    a, b = "a/b.0.forward", "a_b.0.forward"
+    d = _dump([_row(a, data_name=f"step0/{a}.input.0"), _row(b, data_name=f"step0/{b}.input.0")], task="tensor",
+              tensors={})
+    with pytest.raises(DumpFormatError) as e:
+        export_msprobe(d, tmp_path / "o")
+    assert str(e.value) == (f"records '{a}.input.0' and '{b}.input.0' (step 0, rank 0) would both be saved as "
+                            f"dump_tensor_data/{b}.input.0.pt; nothing was exported")
+    assert not (tmp_path / "o").exists()
