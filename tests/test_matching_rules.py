@@ -130,15 +130,15 @@ def test_forward_counters_are_never_renumbered_without_fuzzy():
 def test_module_calls_backward_calls_and_parameter_gradients_are_parsed_by_their_counter():
     calls = np.array(["Module.fc.Linear.forward.0", "Module.fc.Linear.backward.3", LIN.format(2), LINB.format(5),
                       "Module.fc.Linear.parameters_grad", "Module.fc.Linear.parameters_grad.2", "Tensor.add",
-                      "a.b.forward", "x.7.sideways", "Torch.relu.x.forward"], dtype=object)
+                      "a.b.forward", "x.7.sideways", "Torch.relu.x.forward", "a.b.3"], dtype=object)
     base, counter, direction = parse_calls(calls)
     assert list(base) == ["Module.fc.Linear.forward", "Module.fc.Linear.backward", "Functional.linear.forward",
                           "Functional.linear.backward", "Module.fc.Linear.parameters_grad",
                           "Module.fc.Linear.parameters_grad", "Tensor.add", "a.b.forward", "x.7.sideways",
-                          "Torch.relu.x.forward"]
-    assert list(counter) == [0, 3, 2, 5, 0, 2, -1, -1, -1, -1]
+                          "Torch.relu.x.forward", "a.b.3"]
+    assert list(counter) == [0, 3, 2, 5, 0, 2, -1, -1, -1, -1, -1]
     assert list(direction) == ["forward", "backward", "forward", "backward", "parameters_grad", "parameters_grad",
-                               "", "", "", ""]
+                               "", "", "", "", ""]
 
 
 def test_module_backward_calls_are_renumbered_and_parameter_gradients_are_not():
@@ -253,6 +253,7 @@ def test_module_prefixes_are_renamed_on_dot_boundaries_longest_first():
     assert mp.rename_call("Module.encoder") == "Module.model"
     assert mp.rename_call("Module.encoders.0.Linear.forward.0") == "Module.encoders.0.Linear.forward.0"
     assert mp.rename_call("Functional.encoder.0.forward") == "Functional.encoder.0.forward"  # modules only
+    assert Mapping(modules={"add": "sub"}).rename_call("Tensor.add.0.forward") == "Tensor.add.0.forward"
     both = Mapping(names={"Module.encoder.x.forward.0": "Module.y.forward.0"}, modules={"encoder": "model"})
     assert both.rename_call("Module.encoder.x.forward.0") == "Module.y.forward.0"  # names first
     assert Mapping().rename_call("Module.encoder.x.forward.0") == "Module.encoder.x.forward.0"
@@ -298,6 +299,9 @@ def test_mapping_files_in_json_and_yaml(tmp_path):
     y = tmp_path / "m.yaml"
     y.write_text("names:\n  a: b\nmodules:\n  enc: model\n", encoding="utf-8")
     assert Mapping.load(y) == Mapping({"a": "b"}, {"enc": "model"})
+    bare = tmp_path / "mapping"  # no suffix: YAML
+    bare.write_text("a: b\n", encoding="utf-8")
+    assert Mapping.load(bare) == Mapping({"a": "b"}, {})
     empty = tmp_path / "empty.yaml"
     empty.write_text("", encoding="utf-8")
     assert Mapping.load(empty) == Mapping({}, {})
@@ -361,6 +365,13 @@ def test_groups_pair_by_step_and_rank_and_the_rest_is_reported_unpaired():
     m = match_rows(npu, bench)
     assert m.notes == notes and list(m.pair) == [0, 0, 1, 1]
     assert list(m.bench_idx) == [-1, 0, -1, 1] and list(m.npu_idx) == [0, 1, 4, 5]
+    # groups recorded in another order: still by (step, rank)
+    pairs2, unpaired2, notes2 = pair_groups(npu.iloc[::-1], bench.iloc[::-1])
+    assert pairs2.values.tolist() == pairs.values.tolist() and unpaired2.values.tolist() == unpaired.values.tolist()
+    assert notes2 == notes
+    two = pd.concat([_t(["a"], step=s, rank=5) for s in (4, 3)] + [_t(["a"], step=1)], ignore_index=True)
+    assert [u for u in pair_groups(npu, two)[1].values.tolist() if u[0] == "bench"] == [["bench", 3, 5, 2],
+                                                                                          ["bench", 4, 5, 2]]
 
 
 def test_one_step_each_pairs_whatever_the_step_numbers():
@@ -371,6 +382,12 @@ def test_one_step_each_pairs_whatever_the_step_numbers():
     pairs, _, notes = pair_groups(npu, bench, step_map={3: 7})
     assert pairs.values.tolist() == [[3, 0, 7, 0, 2, 2]] and notes == []
     assert pair_groups(npu, _t(["a"], step=3))[2] == []  # the same step: no note
+    assert pair_groups(_t(["a"], step=7), _t(["a"], step=3))[0][["step", "bench_step"]].values.tolist() == [[7, 3]]
+    # one NPU step, several bench steps: by number only
+    bench = pd.concat([_t(["a"], step=s) for s in (1, 3)], ignore_index=True)
+    pairs, unpaired, _ = pair_groups(npu, bench)
+    assert pairs[["step", "bench_step"]].values.tolist() == [[3, 3]]
+    assert unpaired.values.tolist() == [["bench", 1, 0, 2]]
 
 
 def test_rank_and_step_maps_pair_npu_groups_with_the_named_bench_ones():
@@ -395,6 +412,10 @@ def test_nothing_in_common_is_an_error_that_describes_both_dumps():
                             "ranks [0], bench has steps [0, 1] ranks [2]. Pass rank_map={npu_rank: bench_rank} / "
                             "step_map to pair them explicitly.")
     assert issubclass(MatchError, ValueError)
+    with pytest.raises(MatchError, match="NPU has steps \\[\\] ranks \\[\\]"):
+        match_rows(npu.iloc[:0], bench)
+    with pytest.raises(MatchError, match="bench has steps \\[\\] ranks \\[\\]"):
+        match_rows(npu, bench.iloc[:0])
 
 
 # ---------------------------------------------------------------------------------------------- large tables
@@ -437,18 +458,24 @@ def _rare_row(name: str, arg: str) -> tuple[pd.DataFrame, str]:
     return npu, LIN.format(4)
 
 
-def test_a_rare_argument_of_a_large_table_keeps_its_own_suffix():
+@pytest.mark.parametrize("third_arg", [False, True])
+def test_a_rare_argument_of_a_large_table_keeps_its_own_suffix(third_arg):
     npu, c4 = _rare_row(f"{LIN.format(4)}.input.10", "10")
+    if third_arg:  # call 1's rows take a keyword argument "x"
+        c1 = LIN.format(1)
+        npu.loc[2, ["name", "arg"]] = [f"{c1}.input.x", "x"]
+        npu.loc[3, ["name", "arg"]] = [f"{c1}.output.x", "x"]
     bench = _t([c4], ios=("input.10", "output.0"))
     got = [x for x in _pairs(npu, bench) if x[1] is not None]
     assert got == _same([f"{c4}.input.10", f"{c4}.output.0"])
 
 
-def test_a_renamed_row_of_a_large_table_pairs_by_its_whole_name():
-    npu, c4 = _rare_row("renamed", "0")
+@pytest.mark.parametrize("name", ["renamed", "renamed!", "renamed_row_nineteen"[:19], "{c4}.input.0.renamed"])
+def test_a_renamed_row_of_a_large_table_pairs_by_its_whole_name(name):
+    npu, c4 = _rare_row(name.format(c4=LIN.format(4)), "0")
     bench = _t([c4])
     got = _pairs(npu, bench)
-    assert ("renamed", None) in got and (None, f"{c4}.input.0") in got
+    assert (name.format(c4=c4), None) in got and (None, f"{c4}.input.0") in got
     assert (f"{c4}.output.0", f"{c4}.output.0") in got
 
 
@@ -494,11 +521,21 @@ def test_groups_that_called_different_apis_still_pair_within_each_group():
     assert list(match_rows(npu, bench).bench_idx) == [0, -1, 1, 2]
 
 
-def test_a_large_table_whose_first_row_disagrees_with_its_arg_column_is_read_by_names():
+@pytest.mark.parametrize("row, io, name_arg, column_arg", [(0, "input", "0", "5"), (0, "input", "5", "0"),
+                                                           (5099, "output", "0", "5")])
+def test_a_large_table_whose_first_or_last_row_disagrees_with_its_arg_column_is_read_by_names(row, io, name_arg,
+                                                                                               column_arg):
     npu = _t([LIN.format(k) for k in range(2550)])
-    npu.loc[0, "arg"] = "5"
-    c0 = LIN.format(0)
-    assert (f"{c0}.input.0", f"{c0}.input.0") in _pairs(npu, _t([c0]))
+    c = LIN.format(row // 2)
+    npu.loc[row, ["name", "arg"]] = [f"{c}.{io}.{name_arg}", column_arg]
+    assert (f"{c}.{io}.{name_arg}",) * 2 in _pairs(npu, _t([c], ios=(f"{io}.{name_arg}",)))
+
+
+def test_below_5000_rows_the_names_decide_even_where_the_arg_column_disagrees():
+    npu = _t([LIN.format(k) for k in range(1500)])  # 3000 rows
+    npu.loc[2, "arg"] = "5"  # its name says input 0 (row 2, one a sample would not read)
+    c1 = LIN.format(1)
+    assert (f"{c1}.input.0", f"{c1}.input.0") in _pairs(npu, _t([c1]))
 
 
 def test_a_rare_output_of_a_large_table_keeps_its_own_suffix():
@@ -540,3 +577,20 @@ def test_a_name_without_a_counter_never_pairs_with_a_counted_call_of_the_same_st
     npu = _t(["Functional.linear.forward", "Functional.linear.backward"], ios=("output.0",))
     bench = _t([LIN.format(0), LINB.format(0)], ios=("output.0",))
     assert all(n is None or b is None for n, b in _pairs(npu, bench))
+
+
+def test_rows_mapped_to_missing_rows_never_take_another_rows_partner():
+    a = LIN.format(0)
+    ios = ("input.0", "input.1", "input.2", "input.3", "output.0")
+    npu, bench = _t([a], ios=ios), _t([a], ios=ios)
+    for gone in ([f"{a}.input.0"], [f"{a}.input.0", f"{a}.input.1"]):
+        mp = Mapping(names={g: f"gone.{k}" for k, g in enumerate(gone)})
+        got = _pairs(npu, bench, mapping=mp)
+        assert [x for x in got if x[0] and x[1]] == _same([f"{a}.{s}" for s in ios[len(gone):]])
+    for k in (3, 4):  # the largest key odd or even
+        mp = Mapping(names={f"{a}.input.0": "gone"})
+        got = _pairs(_t([a], ios=ios[:k]), _t([a], ios=ios[:k]), mapping=mp)
+        assert [x for x in got if x[0] and x[1]] == _same([f"{a}.{s}" for s in ios[1:k]])
+    one = _t([a], ios=("output.0",))
+    assert _pairs(one, one, mapping=Mapping(names={f"{a}.output.0": "gone"})) == [
+        (None, f"{a}.output.0"), (f"{a}.output.0", None)]
