@@ -112,6 +112,11 @@ MUTANTS = [
      [f"{T}/test_matching_rules.py::test_backward_calls_pair_by_their_order_among_the_same_apis_backward_calls"]),
     ("prefix-dot-boundary", "analysis/matching.py", 'rest.startswith(p + ".")', "rest.startswith(p)",
      [f"{T}/test_matching_rules.py::test_module_prefixes_are_renamed_on_dot_boundaries_longest_first"]),
+    ("reserve-mark-and-commit", "store/hdf5_writer.py", "self._reserve_index(len(self._pending_drops) + 1)",
+     "self._reserve_index(len(self._pending_drops) | 1)",
+     [f"{T}/test_hdf5_writer_rules.py::test_a_waiting_mark_and_the_next_commit_across_an_index_block"]),
+    ("string-id-minus-one", "store/hdf5_reader.py", "ids.min() < (-1 if allow_missing else 0)", "ids.min() < -1",
+     [f"{T}/test_hdf5_reader_rules.py::test_a_string_column_naming_no_string_is_refused"]),
 ]
 
 
