@@ -835,6 +835,63 @@ _MATCHING_EQUIVALENT: dict[tuple, str] = {
     (362, "core/NumberReplacer", 102): _UNIQUE_CODES,
     (369, "core/ReplaceComparisonOperator_Eq_Lt"): "an empty key gives an empty cumcount anyway",
     (369, "core/NumberReplacer", 105): "an empty key gives an empty cumcount anyway",
+    (164, "core/ReplaceComparisonOperator_Lt_LtE"): "moves by one row the size from which the sampled fast path runs",
+    **{(169, f"core/ReplaceBinaryOperator_Add_{o}", 4): "ac < len(au) <= the multiplier (len | 1, len // 1, len << 1, "
+       "len * 1): still one code per (io, arg)" for o in ("BitOr", "FloorDiv", "LShift", "Mul")},
+    (169, "core/ReplaceBinaryOperator_Add_Mod", 4):
+        "the code is the arg's alone: rows sharing it differ in io, and the io words (input, output, parameters, "
+        "parameters_grad) differ in length, so the length check sends them the exact way",
+    (169, "core/ReplaceBinaryOperator_Add_Sub", 5): "ic * K - ac with 0 <= ac < K: one code per (io, arg)",
+    **{(176, f"core/ReplaceBinaryOperator_Sub_{o}"): why for o, why in (
+        ("BitOr", "len(name) | len(call) >= len(call), longer than any row's suffix: every row takes the exact way"),
+        ("RShift", "len(name) >> len(call) is 0 for names under 2 ** len(call) characters: every row takes the "
+                   "exact way"),
+        ("Pow", "len(name) ** len(call) is 1, 0 or beyond any suffix's length (or wraps far from it): the rows take "
+                "the exact way"))},
+    (177, "core/NumberReplacer", 37): "the pad is cut off by [:-1] before it is read",
+    (178, "core/NumberReplacer", 45): "a sample of 1999 rows, not 2000, of the consistency check: a speed trade-off",
+    (179, "core/ReplaceAndWithOr"): "any sampled row not odd (all but renamed ones) sends the table the exact way: "
+                                    "the same suffixes, only slower",
+    (233, "core/ReplaceFalseWithTrue"): "the groups' indices are looked up by key: their order is not read",
+    (234, "core/ReplaceFalseWithTrue"): "the groups' indices are looked up by key: their order is not read",
+    (285, "core/NumberReplacer", 63): _NOT_EMPTY,
+    (290, "core/NumberReplacer", 69):
+        "rows given fresh keys are NPU rows whose key no bench row has: sharing one leaves each unmatched alike",
+    (290, "core/ReplaceBinaryOperator_Add_Mul"):
+        "rows given fresh keys are NPU rows whose key no bench row has: sharing one leaves each unmatched alike",
+    (311, "core/NumberReplacer"): "x + 0 or + 2 keeps the bench order of bench-only rows sharing an anchor; no NPU "
+                                  "row shares a primary with one",
+}
+
+#: store/msprobe_writer.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group RD)
+_ONE_CALL = "the rows of one call_index are one call: the last row's call and direction are the first's"
+_BAR = "how many ranks or tensor files draw a progress bar: display only (and never under pytest)"
+_MSPROBE_WRITER_EQUIVALENT: dict[tuple, str] = {
+    (24, "core/AddNot"): "imports Dump at run time too: dump.py imports this module lazily, no import cycle",
+    (50, "core/ReplaceComparisonOperator_Eq_LtE"): "an element count is never negative: <= 0 is == 0",
+    (51, "core/ReplaceComparisonOperator_Eq_LtE"): "a NaN count is never negative: <= 0 is == 0",
+    (123, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "'none' rows carry no value nor value_type: _value_out gives them None, as the none branch does",
+    (132, "core/ReplaceComparisonOperator_NotEq_Gt"): "an ASCII digit is > '0' exactly when it is not '0'",
+    (141, "core/ReplaceComparisonOperator_Eq_LtE"): "_assemble is never given an empty list (callers check first)",
+    (148, "core/NumberReplacer", 34): "a 10-digit index is at least 10**9, past 16 * n + 1024 for any table in memory",
+    (176, "core/ReplaceComparisonOperator_Eq_LtE"): "every parameter's list holds at least one row",
+    (178, "core/ReplaceFalseWithTrue"): "take() then finds nothing, and the loop below writes those rows under the "
+                                        "same key, at the same place (is_kwarg is only set on input rows)",
+    (185, "core/ReplaceFalseWithTrue"): "the loop below writes the parameters rows under the same key, last, as "
+                                        "this branch does",
+    (201, "core/ReplaceFalseWithTrue"): "rows are read by field name: an extra Index field changes none",
+    (202, "core/ReplaceComparisonOperator_NotEq_Gt"): "rows are sorted by call_index: a later one differs exactly "
+                                                      "when it is greater",
+    **{(ln, "core/NumberReplacer", occ): _ONE_CALL for ln, occ in ((203, 55), (203, 57), (203, 59), (207, 63),
+                                                                   (207, 65))},
+    (227, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    (243, "core/NumberReplacer", 71): "-1 (no stack) is never a key of the stack side table",
+    (292, "core/ReplaceComparisonOperator_Eq_GtE"): "_task gives 'statistics' or 'tensor': only 'tensor' is >= it",
+    (293, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    **{(320, f"core/ReplaceBinaryOperator_FloorDiv_{op}"): _BAR for op in (
+        "Add", "Sub", "Mul", "Div", "Mod", "Pow", "RShift", "LShift", "BitOr", "BitAnd", "BitXor")},
+    (320, "core/NumberReplacer"): _BAR,
 }
 
 #: (module, line, operator) -> why the surviving mutant cannot change a result; (module, line, operator,
@@ -842,6 +899,7 @@ _MATCHING_EQUIVALENT: dict[tuple, str] = {
 EQUIVALENT: dict[tuple, str] = {
     **{("analysis/divergence.py", *key): why for key, why in _DIVERGENCE_EQUIVALENT.items()},
     **{("store/msprobe_reader.py", *key): why for key, why in _MSPROBE_READER_EQUIVALENT.items()},
+    **{("store/msprobe_writer.py", *key): why for key, why in _MSPROBE_WRITER_EQUIVALENT.items()},
     **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
