@@ -117,6 +117,12 @@ MUTANTS = [
      [f"{T}/test_hdf5_writer_rules.py::test_a_waiting_mark_and_the_next_commit_across_an_index_block"]),
     ("string-id-minus-one", "store/hdf5_reader.py", "ids.min() < (-1 if allow_missing else 0)", "ids.min() < -1",
      [f"{T}/test_hdf5_reader_rules.py::test_a_string_column_naming_no_string_is_refused"]),
+    ("export-statistics-no-tensors", "store/msprobe_writer.py",
+     'if task == "tensor" and (calls["data_name"] != "").any():',
+     'if task == "tensor" or (calls["data_name"] != "").any():', [f"{T}/test_msprobe_writer_rules.py::"
+                                                                 "test_a_statistics_dump_writes_no_tensor_files_and_tensors_is_keyword_only"]),
+    ("export-collision-names-rows", "store/msprobe_writer.py", 'f"records {first[1]!r}', 'f"records {first[0]!r}',
+     [f"{T}/test_msprobe_writer_rules.py::test_two_tensors_meeting_in_one_file_name_are_refused_naming_both_rows"]),
 ]
 
 
