@@ -370,3 +370,37 @@ def test_two_tensors_meeting_in_one_file_name_are_refused_naming_both_rows(tmp_p
     assert str(e.value) == (f"records '{a}.input.0' and '{b}.input.0' (step 0, rank 0) would both be saved as "
                             f"dump_tensor_data/{b}.input.0.pt; nothing was exported")
     assert not (tmp_path / "o").exists()
+
+
+def test_mix_level_with_families_after_module_in_sort_order(tmp_path):
+    rows = [_row("Module.net.Linear.forward.0"), _row("Tensor.add.0.forward"), _row("Torch.mul.0.forward")]
+    out = export_msprobe(_dump(rows, level=""), tmp_path / "o")
+    assert _read(out, "dump.json")["level"] == "mix"
+
+
+def test_a_planted_symlink_for_dump_json_is_refused_and_its_target_kept(tmp_path):
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep me")
+    for name in ("dump.json", "stack.json", "construct.json"):
+        rank = tmp_path / name / "o" / "step0" / "rank0"
+        rank.mkdir(parents=True)
+        (rank / name).symlink_to(victim)
+        with pytest.raises(DumpFormatError, match="outside the output folder"):
+            export_msprobe(_dump([_row()]), tmp_path / name / "o")
+        assert victim.read_text() == "keep me"
+
+
+def test_rows_sharing_a_tensor_key_read_from_a_file_write_it_once(tmp_path):
+    keys = ["".join(["x", ".npy"]) for _ in range(2)]  # equal keys, distinct objects, as read from a file
+    d = _dump([_row(arg="0", data_name=keys[0]), _row(arg="1", data_name=keys[1])], task="tensor",
+              tensors={"x.npy": np.arange(2.0)})
+    out = export_msprobe(d, tmp_path / "o")
+    assert [p.name for p in (out / "step0/rank0/dump_tensor_data").iterdir()] == ["x.npy"]
+
+
+def test_a_file_name_collision_is_refused_whichever_row_comes_first(tmp_path):
+    a, b = "a_b.0.forward", "a/b.0.forward"
+    d = _dump([_row(a, data_name=f"step0/{a}.input.0"), _row(b, data_name=f"step0/{b}.input.0")], task="tensor",
+              tensors={})
+    with pytest.raises(DumpFormatError, match=f"records '{a}.input.0' and '{b}.input.0'"):
+        export_msprobe(d, tmp_path / "o")
