@@ -3,10 +3,13 @@ tests mapped to it must fail (issue 36). tools/mutation.py runs the full tool; t
 Each mutant's original text must occur exactly once, so that a refactor fails here loudly, not silently."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,10 +137,43 @@ def pristine(tmp_path_factory):
     return d
 
 
-def _run(copy: Path, nodes: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *nodes],
-                          cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """tools/mutation_server.py: numpy, pandas, h5py, torch and pytest imported once; each mutant's tests run in
+    a forked child that imports msprobe_nb from its copy. None where fork or Unix sockets are missing: then a
+    fresh interpreter per mutant."""
+    if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX") or not hasattr(os, "pidfd_open"):
+        yield None
+        return
+    sock = tmp_path_factory.mktemp("srv") / "s"
+    srv = subprocess.Popen([sys.executable, str(ROOT / "tools" / "mutation_server.py"), "serve", str(sock),
+                            "--preload", "numpy", "pandas", "pytest", "h5py", "torch"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not sock.exists():
+            if srv.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mutation_server did not start: {srv.stderr.read() if srv.stderr else ''}")
+            time.sleep(0.05)
+        yield sock
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def _run(server: Path | None, copy: Path, nodes: list[str]) -> tuple[int, str]:
+    """Run ``nodes`` against the package in ``copy``: (pytest's status, its output)."""
+    args = ["-q", "-x", "-p", "no:cacheprovider", *nodes]
+    if server is None:
+        env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+        r = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=copy, env=env, capture_output=True,
+                           text=True, timeout=300)
+        return r.returncode, r.stdout + r.stderr
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(server))
+        s.sendall(json.dumps({"args": args, "cwd": str(copy), "path": str(copy), "timeout": 300}).encode() + b"\n")
+        res = json.loads(s.makefile("r").readline())
+    return int(res["rc"]), res["output"]
 
 
 def _mutate(pristine: Path, tmp_path: Path, module: str, old: str, new: str) -> Path:
@@ -150,16 +186,19 @@ def _mutate(pristine: Path, tmp_path: Path, module: str, old: str, new: str) -> 
     return copy
 
 
-def test_the_copy_is_what_the_subprocess_imports_and_unmutated_it_passes(pristine):
-    env = {**os.environ, "PYTHONPATH": str(pristine)}
-    where = subprocess.run([sys.executable, "-c", "import msprobe_nb; print(msprobe_nb.__file__)"], cwd=pristine,
-                           env=env, capture_output=True, text=True, timeout=120)
-    assert Path(where.stdout.strip()) == pristine / "msprobe_nb" / "__init__.py", where.stdout + where.stderr
-    r = _run(pristine, [n for m in MUTANTS for n in m[4]])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+def test_the_copy_is_what_the_tests_import_and_unmutated_it_passes(pristine, server):
+    where = pristine / "test_where.py"  # a test that fails unless msprobe_nb (and its analysis) is the copy's
+    where.write_text("import msprobe_nb, msprobe_nb.analysis.grading as g\n"
+                     "def test_where():\n"
+                     f"    assert msprobe_nb.__file__ == {str(pristine / 'msprobe_nb' / '__init__.py')!r}\n"
+                     f"    assert g.__file__.startswith({str(pristine)!r})\n")
+    rc, out = _run(server, pristine, [str(where)])
+    assert rc == 0, out[-3000:]
+    rc, out = _run(server, pristine, [n for m in MUTANTS for n in m[4]])
+    assert rc == 0, out[-3000:]
 
 
 @pytest.mark.parametrize("name,module,old,new,nodes", MUTANTS, ids=[m[0] for m in MUTANTS])
-def test_the_mutant_is_killed(pristine, tmp_path, name, module, old, new, nodes):
-    r = _run(_mutate(pristine, tmp_path, module, old, new), nodes)
-    assert r.returncode == 1, f"mutant {name} in {module} survived (rc {r.returncode}):\n{r.stdout[-3000:]}"
+def test_the_mutant_is_killed(pristine, server, tmp_path, name, module, old, new, nodes):
+    rc, out = _run(server, _mutate(pristine, tmp_path, module, old, new), nodes)
+    assert rc == 1, f"mutant {name} in {module} survived (rc {rc}):\n{out[-3000:]}"

@@ -29,8 +29,9 @@ PRELOAD = ["numpy", "pandas", "pytest", "h5py", "torch", "torch._inductor.config
 PACKAGE_PRELOAD = ["msprobe_nb", "msprobe_nb.config", "msprobe_nb.store.*", "msprobe_nb.analysis.*"]
 
 
-def _child(args: list[str], cwd: str, out_fd: int) -> None:
-    """In the forked child: its own process group, output to ``out_fd``, pytest in process, then exit."""
+def _child(args: list[str], cwd: str, out_fd: int, path: str | None = None) -> None:
+    """In the forked child: its own process group, output to ``out_fd``, pytest in process, then exit.
+    ``path``: a folder put first on ``sys.path`` (the copy of the package to import; tests/test_mutants.py)."""
     os.setpgid(0, 0)
     try:  # Linux: die with the server, so that a stopped run leaves no test behind
         import ctypes
@@ -45,6 +46,8 @@ def _child(args: list[str], cwd: str, out_fd: int) -> None:
     rc = 3
     try:
         os.chdir(cwd)
+        if path:
+            sys.path.insert(0, path)
         import pytest
 
         rc = int(pytest.main(args))
@@ -136,7 +139,7 @@ def serve(path: str, preload: list[str], mutated: str | None = None, tests_dir: 
                 pid = os.fork()
                 if pid == 0:
                     srv.close()
-                    _child(req["args"], req["cwd"], out.fileno())
+                    _child(req["args"], req["cwd"], out.fileno(), req.get("path"))
                 rc = _wait(pid, float(req["timeout"]))
                 out.seek(0)
                 text = "timeout" if rc is None else out.read().decode("utf-8", "replace")
