@@ -874,7 +874,11 @@ _MSPROBE_WRITER_EQUIVALENT: dict[tuple, str] = {
         "'none' rows carry no value nor value_type: _value_out gives them None, as the none branch does",
     (132, "core/ReplaceComparisonOperator_NotEq_Gt"): "an ASCII digit is > '0' exactly when it is not '0'",
     (141, "core/ReplaceComparisonOperator_Eq_LtE"): "_assemble is never given an empty list (callers check first)",
+    (70, "core/ReplaceTrueWithFalse"): "four statistics for the four keys: strict never fires",
     (142, "core/NumberReplacer", 27): "one item: items[-1] is items[0]",
+    (242, "core/ReplaceTrueWithFalse"): "two columns of one frame: their lengths match, strict never fires",
+    (263, "core/ReplaceComparisonOperator_Eq_LtE"):
+        "tensor files end in .pt or .npy (msprobe_data_name): only .npy is <= '.npy'",
     (257, "core/ReplaceTrueWithFalse"): "two columns of one frame: their lengths match, strict never fires",
     (295, "core/ReplaceTrueWithFalse"): "two columns of one frame: their lengths match, strict never fires",
     (148, "core/NumberReplacer", 34): "a 10-digit index is at least 10**9, past 16 * n + 1024 for any table in memory",
