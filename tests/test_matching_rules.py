@@ -73,6 +73,7 @@ def test_rows_without_a_partner_are_kept_npu_only_in_place_and_bench_only_after_
     assert got == [(None, x + o), (a + o, a + o), (None, y + o), (b + o, b + o), (c + o, c + o)]
     m = match_rows(npu, bench)
     assert list(m.bench_idx) == [0, 1, 2, 4, 3]  # positions of the bench frame as given
+    assert list(m.npu_idx) == [-1, 0, -1, 1, 2]  # -1: no row on that side
 
 
 def test_several_bench_only_rows_keep_their_order_and_npu_only_rows_stay_where_they_ran():
@@ -413,9 +414,9 @@ def test_nothing_in_common_is_an_error_that_describes_both_dumps():
                             "step_map to pair them explicitly.")
     assert issubclass(MatchError, ValueError)
     with pytest.raises(MatchError, match="NPU has steps \\[\\] ranks \\[\\]"):
-        match_rows(npu.iloc[:0], bench)
+        match_rows(npu.iloc[:0], _t(["a"], step=1))
     with pytest.raises(MatchError, match="bench has steps \\[\\] ranks \\[\\]"):
-        match_rows(npu, bench.iloc[:0])
+        match_rows(_t(["a"], step=1), bench.iloc[:0])
 
 
 # ---------------------------------------------------------------------------------------------- large tables
@@ -458,13 +459,13 @@ def _rare_row(name: str, arg: str) -> tuple[pd.DataFrame, str]:
     return npu, LIN.format(4)
 
 
-@pytest.mark.parametrize("third_arg", [False, True])
+@pytest.mark.parametrize("third_arg", [None, 1, 5])
 def test_a_rare_argument_of_a_large_table_keeps_its_own_suffix(third_arg):
     npu, c4 = _rare_row(f"{LIN.format(4)}.input.10", "10")
-    if third_arg:  # call 1's rows take a keyword argument "x"
-        c1 = LIN.format(1)
-        npu.loc[2, ["name", "arg"]] = [f"{c1}.input.x", "x"]
-        npu.loc[3, ["name", "arg"]] = [f"{c1}.output.x", "x"]
+    if third_arg is not None:  # a call before or after it takes a keyword argument "x"
+        c = LIN.format(third_arg)
+        npu.loc[2 * third_arg, ["name", "arg"]] = [f"{c}.input.x", "x"]
+        npu.loc[2 * third_arg + 1, ["name", "arg"]] = [f"{c}.output.x", "x"]
     bench = _t([c4], ios=("input.10", "output.0"))
     got = [x for x in _pairs(npu, bench) if x[1] is not None]
     assert got == _same([f"{c4}.input.10", f"{c4}.output.0"])
@@ -536,6 +537,12 @@ def test_below_5000_rows_the_names_decide_even_where_the_arg_column_disagrees():
     npu.loc[2, "arg"] = "5"  # its name says input 0 (row 2, one a sample would not read)
     c1 = LIN.format(1)
     assert (f"{c1}.input.0", f"{c1}.input.0") in _pairs(npu, _t([c1]))
+
+
+def test_a_rare_second_input_of_a_large_table_keeps_its_own_suffix():
+    npu, c4 = _rare_row(f"{LIN.format(4)}.input.1", "1")
+    got = _pairs(npu, _t([c4]))
+    assert (f"{c4}.input.1", None) in got and (None, f"{c4}.input.0") in got
 
 
 def test_a_rare_output_of_a_large_table_keeps_its_own_suffix():
