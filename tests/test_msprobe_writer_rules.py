@@ -404,3 +404,57 @@ def test_a_file_name_collision_is_refused_whichever_row_comes_first(tmp_path):
               tensors={})
     with pytest.raises(DumpFormatError, match=f"records '{a}.input.0' and '{b}.input.0'"):
         export_msprobe(d, tmp_path / "o")
+
+
+def _fresh(text: str) -> str:
+    """``text`` as a new string object, as a value read from a file is (not the interned literal)."""
+    return "".join(list(text))
+
+
+def test_kinds_and_directions_read_from_a_file_are_written_alike():
+    assert _leaf(_row(kind=_fresh("value"), value_type="int", value="3")) == {"type": "int", "value": 3}
+    bwd = "Module.net.Linear.backward.0"
+    rec = _records([_row(bwd, "output", "0", direction=_fresh("backward"))])[bwd]
+    assert list(rec) == ["input", "output"] and rec["input"] == []
+
+
+def test_tensor_type_names_other_than_a_dtensor_are_kept():
+    for typ in ("AsyncCollectiveTensor", "numpy.ndarray", "Bfloat16Tensor"):
+        assert _leaf(_row(value_type=typ))["type"] == typ
+
+
+def test_a_parameter_leaf_and_a_container_at_one_name_are_refused():
+    grad = "Module.net.Linear.parameters_grad"
+    with pytest.raises(ValueError, match="a leaf and a container share the same arg path"):
+        _records([_row(grad, "parameters_grad", "weight", direction="parameters_grad"),
+                  _row(grad, "parameters_grad", "weight.1", direction="parameters_grad")])
+
+
+def test_api_only_dumps_are_l1_and_a_mix_dump_lists_every_call_in_construct_json(tmp_path):
+    out = export_msprobe(_dump([_row("Torch.mul.0.forward"), _row("Tensor.add.0.forward")], level=""),
+                         tmp_path / "l1")
+    assert _read(out, "dump.json")["level"] == "L1"
+    a, b = "Module.net.Linear.forward.0", "Torch.mul.0.forward"
+    out = export_msprobe(_dump([_row(a), _row(b)], level="mix"), tmp_path / "mix")
+    assert _read(out, "construct.json") == {a: None, b: None}
+
+
+def test_calls_past_index_256_keep_all_their_rows():
+    a = "Functional.relu.0.forward"
+    rows = [_row(a, "input", "0", call_index=300), _row(a, "output", "0", call_index=300)]
+    rec = build_records(_dump(rows).calls)[a]
+    assert len(rec["input_args"]) == 1 and len(rec["output"]) == 1
+
+
+def test_a_shared_tensor_is_copied_whichever_file_name_sorts_first(tmp_path):
+    torch = pytest.importorskip("torch")
+    rows = [_row(arg="1", data_name="step0/a"), _row(arg="0", data_name="step0/a")]
+    d = _dump(rows, task="tensor", tensors={"step0/a": torch.arange(2.0)})
+    out = export_msprobe(d, tmp_path / "o")
+    files = out / "step0/rank0/dump_tensor_data"
+    assert sorted(p.name for p in files.iterdir()) == ["Functional.relu.0.forward.input.0.pt",
+                                                       "Functional.relu.0.forward.input.1.pt"]
+
+
+def test_the_last_character_before_the_surrogates_is_kept():
+    assert safe_file_name("\ud7ff") == "\ud7ff"
