@@ -905,6 +905,22 @@ _MSPROBE_WRITER_EQUIVALENT: dict[tuple, str] = {
     (141, "core/ReplaceComparisonOperator_Eq_LtE"): "_assemble is never given an empty list (callers check first)",
     (70, "core/ReplaceTrueWithFalse"): "four statistics for the four keys: strict never fires",
     (142, "core/NumberReplacer", 27): "one item: items[-1] is items[0]",
+    (141, "core/NumberReplacer", 23): "one item: items[-1] is items[0]",
+    (123, "core/ReplaceComparisonOperator_Eq_GtE"): "kind is value or none here: only 'value' is >= 'value'",
+    (132, "core/ReplaceComparisonOperator_Eq_LtE"): "a digit string is <= '0' only when it is '0'",
+    (132, "core/ReplaceComparisonOperator_NotEq_IsNot"): "one-character strings are cached: is not is != here",
+    **{(148, f"core/ReplaceComparisonOperator_LtE_{o}"): "an index of 9 or more digits is at least 10**8: a list "
+       "only beside 6 million items, past 16 * n + 1024 otherwise (a dict either way)" for o in ("NotEq", "Lt")},
+    (148, "core/NumberReplacer", 35): "an index of 9 or more digits is at least 10**8: a list only beside 6 million "
+                                      "items, past 16 * n + 1024 otherwise (a dict either way)",
+    (176, "core/NumberReplacer", 43): "one item: v[-1] is v[0]",
+    (176, "core/NumberReplacer", 49): "one item: v[-1] is v[0]",
+    (202, "core/NumberReplacer", 53): _ONE_CALL,
+    (207, "core/NumberReplacer", 61): _ONE_CALL,
+    (250, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    (292, "core/ReplaceComparisonOperator_NotEq_Gt"): "a string is > '' exactly when it is not ''",
+    (292, "core/ReplaceComparisonOperator_NotEq_GtE"):
+        "the next line keeps only the rows whose data_name is not '': none, so no file, where the test was false",
     (242, "core/ReplaceTrueWithFalse"): "two columns of one frame: their lengths match, strict never fires",
     (263, "core/ReplaceComparisonOperator_Eq_LtE"):
         "tensor files end in .pt or .npy (msprobe_data_name): only .npy is <= '.npy'",
