@@ -21,17 +21,17 @@ _STEP: dict[str, Any] = {"columns": {"name": ["a", "b"], "shape": [(2,), None], 
                          "tensors": {"t": np.arange(2, dtype=np.float32)}}
 
 
-def _written(tmp_path: Path, edit: Callable[[dict], None] | None = None,
+def _written(tmp_path: Path, edit: Callable[..., None] | None = None,
              stage: Callable[[dict], None] | None = None) -> Path:
-    """One step written by the real writer; ``edit`` changes its prepared payload, ``stage`` the tensor index
-    columns, just before they are committed."""
+    """One step written by the real writer; ``edit`` changes its prepared payload (``edit(p)`` or ``edit(p,
+    writer)``), ``stage`` the tensor index columns, just before they are committed."""
     d = tmp_path / "d"
     with DumpWriter(d) as w:
         if edit is not None:
             real_write = w._write
 
             def write(step: int, p: dict, flags: int = 0) -> None:
-                edit(p)
+                edit(p) if edit.__code__.co_argcount == 1 else edit(p, w)  # type: ignore[call-arg]
                 real_write(step, p, flags)
             w._write = write  # type: ignore[method-assign]
         if stage is not None:
@@ -79,7 +79,7 @@ def test_the_highest_string_id_there_is_is_read(tmp_path):
     assert read_hdf5(_written(tmp_path, edit)).calls["family"].tolist() == ["a", "b"]
 
 
-@pytest.mark.parametrize("value", [2, 10 ** 6, -2])
+@pytest.mark.parametrize("value", [1, 2, 10 ** 6, -2])  # one shape in the table: id 1 is the first past it
 def test_a_shape_id_naming_no_shape_is_refused(tmp_path, value):
     _refused(_written(tmp_path, _set_col("shape", value)), "calls/shape refers to shapes outside the shape table")
 
@@ -133,6 +133,7 @@ def _tensor(field: int, value: int) -> Callable[[dict], None]:
     (0, -1, "tensors/name refers to strings outside the string table"),
     (3, 10 ** 6, "tensors/dtype refers to strings outside the string table"),
     (4, 1, "tensors/shape refers to shapes outside the shape table"),
+    (4, 10 ** 6, "tensors/shape refers to shapes outside the shape table"),
     (4, -1, "tensors/shape refers to shapes outside the shape table"),
 ])
 def test_a_tensor_entry_naming_no_string_or_shape_is_refused(tmp_path, field, value, pattern):
@@ -162,3 +163,46 @@ def test_a_tensor_ending_at_the_committed_end_reads(tmp_path):
     end = TENSOR_CHUNK_BYTES // 4  # the step's buffer end: one chunk of float32
     parts = read_hdf5(_written(tmp_path, stage=_tensor_col("offset", end - 2)))
     assert parts.tensor_loader("t").tolist() == [0.0, 0.0]  # the chunk's last two (fill) entries
+
+
+def test_the_first_string_id_past_the_table_is_refused(tmp_path):
+    def edit(p: dict, w: DumpWriter) -> None:
+        p["cols"]["name"] = p["cols"]["name"].copy()
+        p["cols"]["name"][0] = len(w._strings)  # the table's length once this step's strings are committed
+    _refused(_written(tmp_path, edit), "calls/name refers to strings outside the string table")
+
+
+def test_tensors_whose_shape_is_not_the_tables_first_read(tmp_path):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["a"], "shape": [(7,)]})  # shape id 0, of a call only
+        w.write_step(1, {"data_name": ["t"]}, tensors={"t": np.ones((2, 3), np.float32)})
+    assert tuple(read_hdf5(d).tensor_loader("t").shape) == (2, 3)
+
+
+def test_a_buffer_grown_by_a_step_that_failed_still_reads(tmp_path, monkeypatch):
+    # the failed step's tensor bytes lie past the committed end: more entries than the commit names is fine
+    import errno
+
+    from msprobe_nb.store.hdf5_layout import TENSOR_CHUNK_BYTES
+
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"data_name": ["a"]}, tensors={"a": np.arange(3, dtype=np.float32)})
+
+        def fail(row: list) -> None:
+            raise OSError(errno.EIO, "I/O error")
+        monkeypatch.setattr(w, "_append_index", fail)
+        with pytest.raises(OSError):
+            w.write_step(1, {"data_name": ["b"]}, tensors={"b": np.ones(TENSOR_CHUNK_BYTES // 2, np.float32)})
+        monkeypatch.undo()
+    parts = read_hdf5(d)
+    assert parts.meta["steps"] == [0] and parts.tensor_loader("a").tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("shapes", [[None, None], [(1,), (2, 2)]])  # no shape table at all; no row without one
+def test_shape_columns_with_no_shape_or_every_row_shaped_read(tmp_path, shapes):
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"name": ["a", "b"], "shape": shapes})
+    assert read_hdf5(d).calls["shape"].tolist() == shapes

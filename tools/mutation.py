@@ -565,6 +565,28 @@ _HDF5_WRITER_EQUIVALENT: dict[tuple, str] = {
         'FLAG_DROPPED lies below bit 8 and the errno above it: disjoint bits, so ^ is |',
 }
 
+#: store/hdf5_reader.py's equivalent survivors (its integrity checks, SCOPES), by (line, operator[, occurrence])
+_ENC_LITERAL = "enc is one of ENCODINGS' (interned) literals: `is` is `==`"
+_HDF5_READER_EQUIVALENT: dict[tuple, str] = {
+    (196, "core/NumberReplacer", 37): "the buffers are one-dimensional: shape[-1] is shape[0]",
+    (198, "core/NumberReplacer", 39): "no tensor of that width: a stop of -1 passes as 0 does (no end is negative)",
+    **{(ln, "core/ReplaceComparisonOperator_Eq_Is"): "col comes from COLUMNS' (interned) literal keys: `is` is `==`"
+       for ln in (212, 214)},
+    **{(ln, "core/ReplaceComparisonOperator_Eq_Is"): _ENC_LITERAL for ln in (218, 221, 228, 232)},
+    **{(ln, "core/ReplaceComparisonOperator_Eq_GtE"): "of the encodings (string_id, int32, int64, float64, bool, "
+       "nullable_int64, nullable_bool, shape_id) only this one and those taken by an earlier branch sort at or "
+       "after it" for ln in (218, 221, 228, 230)},
+    (224, "core/NumberReplacer", 52): "one more None slot at the end: id -1 still reads the last slot, None",
+    (229, "core/ReplaceComparisonOperator_Eq_LtE"): "INT_NA is the least int64: <= INT_NA is == INT_NA",
+    (229, "core/ReplaceFalseWithTrue"): "copy=True: the same values in a new array",
+    (231, "core/ReplaceComparisonOperator_Eq_GtE"):
+        "differs only for a stored value above 1, which no writer stores (-1, 0, 1): such a byte reads as a bool "
+        "either way, unchecked",
+    (232, "core/ReplaceComparisonOperator_Eq_LtE"): "no other encoding sorts at or before 'bool': <= is ==",
+    (232, "core/ReplaceComparisonOperator_Eq_Lt"):
+        "bool columns come back as their uint8 0/1, which coerce_calls casts to the schema's bool: the same column",
+}
+
 #: analysis/divergence.py's equivalent survivors, by (line, operator[, occurrence]) (issue 36, group GD)
 _DIVERGENCE_EQUIVALENT: dict[tuple, str] = {
     (300, "core/ReplaceComparisonOperator_NotEq_IsNot"):
@@ -955,6 +977,7 @@ EQUIVALENT: dict[tuple, str] = {
     **{("analysis/grading.py", *key): why for key, why in _GRADING_EQUIVALENT.items()},
     **{("store/hdf5_index.py", *key): why for key, why in _HDF5_INDEX_EQUIVALENT.items()},
     **{("store/hdf5_writer.py", *key): why for key, why in _HDF5_WRITER_EQUIVALENT.items()},
+    **{("store/hdf5_reader.py", *key): why for key, why in _HDF5_READER_EQUIVALENT.items()},
     **{("store/monitor_rules.py", *key): why for key, why in _MONITOR_RULES_EQUIVALENT.items()},
     **{("analysis/overflow.py", *key): why for key, why in _OVERFLOW_EQUIVALENT.items()},
     **{("analysis/provenance.py", *key): why for key, why in _PROVENANCE_EQUIVALENT.items()},
