@@ -458,3 +458,9 @@ def test_a_shared_tensor_is_copied_whichever_file_name_sorts_first(tmp_path):
 
 def test_the_last_character_before_the_surrogates_is_kept():
     assert safe_file_name("\ud7ff") == "\ud7ff"
+
+
+def test_digit_keys_with_a_leading_zero_stay_dict_keys():
+    call = "Functional.relu.0.forward"
+    out = _records([_row(arg="0.01"), _row(arg="0.02")])[call]["input_args"][0]
+    assert type(out) is dict and list(out) == ["01", "02"]
