@@ -601,3 +601,15 @@ def test_rows_mapped_to_missing_rows_never_take_another_rows_partner():
     one = _t([a], ios=("output.0",))
     assert _pairs(one, one, mapping=Mapping(names={f"{a}.output.0": "gone"})) == [
         (None, f"{a}.output.0"), (f"{a}.output.0", None)]
+
+
+def test_two_io_arg_pairs_whose_codes_could_meet_keep_their_own_suffixes():
+    # five argument names: (input, xx) and (output, y) are the 3rd and 5th, and their labels '.input.xx' and
+    # '.output.y' are as long; the (output, y) row is one the consistency sample does not read
+    npu = _t([LIN.format(k) for k in range(2550)])  # 5100 rows
+    c4, c5, c6 = (LIN.format(k) for k in (4, 5, 6))
+    for row, call, io, arg in ((8, c4, "input", "a"), (10, c5, "input", "xx"), (12, c6, "input", "b"),
+                               (13, c6, "output", "y")):
+        npu.loc[row, ["name", "io", "arg"]] = [f"{call}.{io}.{arg}", io, arg]
+    got = _pairs(npu, _t([c6], ios=("input.b", "output.y")))
+    assert (f"{c6}.output.y",) * 2 in got and (f"{c6}.input.b",) * 2 in got

@@ -883,10 +883,6 @@ _MATCHING_EQUIVALENT: dict[tuple, str] = {
         "rows given fresh keys are NPU rows whose key no bench row has: sharing one leaves each unmatched alike",
     (311, "core/NumberReplacer"): "x + 0 or + 2 keeps the bench order of bench-only rows sharing an anchor; no NPU "
                                   "row shares a primary with one",
-    (169, "core/ReplaceBinaryOperator_Add_BitXor", 5):
-        "ic * K ^ ac with ac < K is ic * K + ac while K is a power of two; otherwise two (io, arg) meet only from 5 "
-        "distinct args on, and must then also share the label's length and escape the 2000-row sample (not shown "
-        "equivalent: no test builds such a table)",
     **{(176, f"core/ReplaceBinaryOperator_Sub_{o}"): "len(name) + or * len(call) is above any suffix's length: every "
        "row takes the exact way, only slower" for o in ("Add", "Mul")},
     (176, "core/ReplaceBinaryOperator_Sub_FloorDiv"):
