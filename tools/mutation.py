@@ -572,7 +572,7 @@ _HDF5_READER_EQUIVALENT: dict[tuple, str] = {
     (198, "core/NumberReplacer", 39): "no tensor of that width: a stop of -1 passes as 0 does (no end is negative)",
     **{(ln, "core/ReplaceComparisonOperator_Eq_Is"): "col comes from COLUMNS' (interned) literal keys: `is` is `==`"
        for ln in (212, 214)},
-    **{(ln, "core/ReplaceComparisonOperator_Eq_Is"): _ENC_LITERAL for ln in (218, 221, 228, 232)},
+    **{(ln, "core/ReplaceComparisonOperator_Eq_Is"): _ENC_LITERAL for ln in (218, 221, 228, 230, 232)},
     **{(ln, "core/ReplaceComparisonOperator_Eq_GtE"): "of the encodings (string_id, int32, int64, float64, bool, "
        "nullable_int64, nullable_bool, shape_id) only this one and those taken by an earlier branch sort at or "
        "after it" for ln in (218, 221, 228, 230)},
