@@ -464,3 +464,12 @@ def test_digit_keys_with_a_leading_zero_stay_dict_keys():
     call = "Functional.relu.0.forward"
     out = _records([_row(arg="0.01"), _row(arg="0.02")])[call]["input_args"][0]
     assert type(out) is dict and list(out) == ["01", "02"]
+
+
+def test_through_dump_export_msprobe_the_missing_tensors_warning_names_the_callers_line(tmp_path):
+    d = _dump([_row(data_name="gone.npy")], task="tensor", tensors={})
+    d._parts.tensor_loader = _gone
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d.export_msprobe(tmp_path / "o")
+    assert [w.filename for w in caught] == [__file__]

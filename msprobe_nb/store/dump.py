@@ -213,7 +213,7 @@ class Dump:
         """Write this dump in msprobe's format (out_dir/step{N}/rank{R}/...); returns out_dir."""
         from msprobe_nb.store.msprobe_writer import export_msprobe
 
-        return export_msprobe(self, out_dir, tensors=tensors)
+        return export_msprobe(self, out_dir, tensors=tensors, _stacklevel=3)  # its warning names the caller
 
     def __len__(self) -> int:
         return len(self.calls)

@@ -304,12 +304,12 @@ def _plan(dump: Dump, out: Path, task: str) -> list[tuple[int, int, Any, Path, l
     return plan
 
 
-def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> Path:
+def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True, _stacklevel: int = 2) -> Path:
     """Write ``dump`` under ``out_dir/step{N}/rank{R}/`` in msprobe's format; returns ``out_dir``.
 
     Nothing is written outside ``out_dir``: file names made from dump content are sanitised, and every path
     is checked (symlinks followed) before the first file is written. Tensors that cannot be found in the
-    source (a partial dump_tensor_data) are skipped with a warning.
+    source (a partial dump_tensor_data) are skipped with a warning (``_stacklevel``: Dump.export_msprobe's).
     """
     out = Path(out_dir)
     task, level = _task(dump), _level(dump)
@@ -349,5 +349,5 @@ def export_msprobe(dump: Dump, out_dir: str | Path, *, tensors: bool = True) -> 
                 written[key] = target
     if missing:
         warnings.warn(f"{len(missing)} tensor file(s) absent from the source were not exported, "
-                      f"e.g. {missing[0]}", stacklevel=2)
+                      f"e.g. {missing[0]}", stacklevel=_stacklevel)
     return out
