@@ -1,7 +1,7 @@
 """The msprobe reader's rules, pinned on tiny hand-written dumps (issue 36: each test kills mutants of
 store/msprobe_reader.py that the format tests let through): call-name shapes, an empty dump's columns, leaf
 kinds and their values, shapes, the error messages naming the file and the JSON path, stack.json and
-construct.json forms, the notes on ranks that disagree. No torch model; the whole file runs in about a second."""
+construct.json forms, the notes on ranks that disagree. No torch model; the whole file runs in about two seconds."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,8 @@
 """The msprobe exporter's rules, pinned on tiny hand-made tables (issue 36: each test kills mutants of
 store/msprobe_writer.py): statistics as msprobe writes them, tensor leaf keys and order, file names made
 from dump content, nesting rebuilt from arg paths, record shapes per direction, task/level/stack/construct
-files, shared and missing tensor files. Tensors are numpy arrays saved as .npy: no torch; about a second."""
+files, shared and missing tensor files. Tensors are numpy arrays saved as .npy, but for the .pt files of two
+tests (torch imported there only); a few seconds."""
 from __future__ import annotations
 
 import hashlib
