@@ -291,12 +291,13 @@ def match_rows(npu: pd.DataFrame, bench: pd.DataFrame, *, fuzzy: bool = False, m
                     notes_by_row[i] = f"mapped to bench row {target}, which is not in the bench dump"
                 else:
                     n_key[i] = b_key[j]
-    for row in np.flatnonzero(mapped_call[n_inst]):  # a call renamed by names or by a module prefix
-        notes_by_row.setdefault(int(row), f"matched through the mapping as {renamed[n_inst[row]]}")
-
     # a name recorded twice on one side pairs with the other side's second one, never a cross product
     n_key, b_key = _combine([n_key, _repeats(n_key)], [b_key, _repeats(b_key)])
     pos = pd.Index(b_key).get_indexer(n_key)
+    for row in np.flatnonzero(mapped_call[n_inst]):  # a call renamed by names or by a module prefix
+        target = renamed[n_inst[row]]
+        notes_by_row.setdefault(int(row), f"matched through the mapping as {target}" if pos[row] >= 0 else
+                                f"mapped to bench call {target}, which has no such row in the bench dump")
     matched_b = np.zeros(len(b_key), dtype=bool)
     matched_b[pos[pos >= 0]] = True
 
