@@ -6,9 +6,12 @@ diffusers)::
     python benchmarks/bench_real_models.py                     # every model, level and task
     python benchmarks/bench_real_models.py --models gpt2,vit --steps 6
     python benchmarks/bench_real_models.py --trees before=/tmp/base,after=.   # A/B of two msprobe_nb trees
+    python benchmarks/bench_real_models.py --optimizer loop                    # AdamW's per-parameter loop only
 
 The models are those of ``recording/real_models.py`` (random weights from configs, offline; an AdamW
-training step). Each (model, configuration) runs in its own subprocess through the recording benchmark's
+training step, by default twice: AdamW's loop over the parameters, the CPU's default, and its ``foreach``
+path, the default on GPUs and NPUs, reported as ``<model>/foreach``). Each (model, configuration) runs in its
+own subprocess through the recording benchmark's
 child (``recording/child.py``): after warm-up, plain and recorded steps alternate in blocks in that one
 process, one torch thread, CPU time; the ratio is median(recorded) / median(plain). Peak memory is the
 subprocess's ``ru_maxrss`` against the model's ``none`` subprocess. msprobe (``mindstudio-probe``) runs the
@@ -39,6 +42,9 @@ TIME_TARGETS = {"stat-L1": 2.5, "stat-mix": 3.0, "stat-L0": 1.5, "tensor-L1": 8.
 MEM_TARGET = 1.10
 MEM_CONFIGS = ("stat-L0", "stat-L1", "stat-mix")
 LABELS = {"stat-L0": "L0", "stat-L1": "L1", "stat-mix": "mix", "tensor-L1": "tensor L1"}
+#: --optimizer -> AdamW's foreach flag per run of a model: its per-parameter loop (the CPU default) and its
+#: multi-tensor path (the GPU and NPU default), which record very different numbers of optimizer calls
+OPTIMIZERS = {"loop": (False,), "foreach": (True,), "both": (False, True)}
 
 
 def mem_ratio(run: dict, none: dict | None) -> float | None:
@@ -54,7 +60,7 @@ def summarize(results: dict, trees: list[str]) -> tuple[str, str, list[str]]:
     Pure arithmetic on the children's numbers (tested on made-up timings in ``tests/test_benchmarks.py``)."""
     lines, md, missed = [], [], []
     cols = [LABELS[c] for c in CONFIGS] + ["peak mem"]
-    head = f"{'tree':8} {'model':8} {'plain ms':>8} " + " ".join(f"{c:>10}" for c in cols) + f" {'calls L1':>8}"
+    head = f"{'tree':8} {'model':12} {'plain ms':>8} " + " ".join(f"{c:>10}" for c in cols) + f" {'calls L1':>8}"
     lines += [head, "-" * len(head)]
     md.append("| model | plain ms/step | " + " | ".join(cols) + " | calls (L1) |")
     md.append("|---|---|" + "---|" * len(cols) + "---|")
@@ -87,7 +93,7 @@ def summarize(results: dict, trees: list[str]) -> tuple[str, str, list[str]]:
             mem = f"{worst[0]:.3f}x" if worst else "-"
             plain = med(none["base_ms"] + none["with_ms"]) if none else float("nan")
             calls = (res.get("stat-L1") or {}).get("calls", "")
-            lines.append(f"{tree:8} {model:8} {plain:8.1f} " + " ".join(cells) + f" {mem:>10} {calls!s:>8}")
+            lines.append(f"{tree:8} {model:12} {plain:8.1f} " + " ".join(cells) + f" {mem:>10} {calls!s:>8}")
             md.append(f"| {model}{'' if len(trees) == 1 else f' ({tree})'} | {plain:.1f} | " + " | ".join(mdcells)
                       + f" | {mem} | {calls} |")
     return "\n".join(lines), "\n".join(md), missed
@@ -154,6 +160,8 @@ def main(argv=None) -> int:
     p.add_argument("--trees", help="NAME=PATH,...: A/B the kit of several source trees, alternating processes")
     p.add_argument("--msprobe-python", help="interpreter that can `import msprobe` (default: auto-detect)")
     p.add_argument("--no-msprobe", action="store_true", help="skip msprobe")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="both",
+                   help="AdamW's per-parameter loop, its foreach path, or both (default)")
     p.add_argument("--json", help="also write the raw results here")
     p.add_argument("--tmp", help="folder for the temporary dumps")
     args = p.parse_args(argv)
@@ -172,32 +180,34 @@ def main(argv=None) -> int:
     print(f"msprobe: {ms_note}", flush=True)
     print(f"msprobe_nb: {kernel_note()}", flush=True)
 
-    def spec(model, name, tool, opts):
+    def spec(model, name, tool, opts, foreach):
         return {"name": name, "tool": tool, "opts": opts, "size": model, "steps": args.steps, "block": args.block,
-                "warmup": args.warmup, "tmp": args.tmp, "workloads": "recording.real_models"}
+                "warmup": args.warmup, "tmp": args.tmp, "workloads": "recording.real_models",
+                "build": {"foreach": foreach}}
 
     results: dict = {t: {} for t in trees}
     t0 = time.time()
-    for model in models:
+    for model, foreach in ((m, f) for m in models for f in OPTIMIZERS[args.optimizer]):
+        label = f"{model}/foreach" if foreach else model
         for tree_name, tree in trees.items():
-            r = _run_in(tree, spec(model, "none", "none", {}), 900)
+            r = _run_in(tree, spec(model, "none", "none", {}, foreach), 900)
             if r:
-                results[tree_name].setdefault(model, {})["none"] = r
+                results[tree_name].setdefault(label, {})["none"] = r
         for cfg in configs:
             for tree_name, tree in trees.items():
                 tool, opts = KIT_CONFIGS[cfg]
-                r = _run_in(tree, spec(model, cfg, tool, opts), 1800)
+                r = _run_in(tree, spec(model, cfg, tool, opts, foreach), 1800)
                 if r:
-                    results[tree_name].setdefault(model, {})[cfg] = r
-                    print(f"  {tree_name} {model} {cfg}: {med(r['base_ms']):.1f} -> {med(r['with_ms']):.1f} ms/step "
+                    results[tree_name].setdefault(label, {})[cfg] = r
+                    print(f"  {tree_name} {label} {cfg}: {med(r['base_ms']):.1f} -> {med(r['with_ms']):.1f} ms/step "
                           f"({time_ratio(r):.2f}x)", flush=True)
         if ms_py:
             for name in ["ms-none"] + [TWINS[c] for c in configs]:
                 tool, opts = MS_CONFIGS[name]
-                r = run_child(ms_py, spec(model, name, tool, opts), 1800)
+                r = run_child(ms_py, spec(model, name, tool, opts, foreach), 1800)
                 if r:
                     for tree_name in trees:
-                        results[tree_name].setdefault(model, {})[name] = r
+                        results[tree_name].setdefault(label, {})[name] = r
     title = (f"Recording overhead on real models ({time.time() - t0:.0f} s; median CPU ms per step, "
              f"{args.steps} timed steps per arm after {args.warmup} warm-up, blocks of {args.block}; one thread)")
     table, markdown, missed = summarize(results, list(trees))

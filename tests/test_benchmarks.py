@@ -73,6 +73,12 @@ def test_real_model_benchmark_runs_a_recorded_step_of_a_real_model(tmp_path):
     assert len(out["base_ms"]) == len(out["with_ms"]) == 1 and out["peak_rss_kib"] > 0
     r = {"kit": {"gpt2": {"none": dict(out, base_ms=out["base_ms"], with_ms=out["base_ms"]), "stat-L1": out}}}
     assert "gpt2" in real.summarize(r, ["kit"])[1]
+    # AdamW's foreach path (the GPU and NPU default): a few multi-tensor calls instead of a loop per parameter
+    fe = child({"name": "stat-L1", "tool": "kit", "opts": {"level": "L1", "task": "statistics"}, "size": "gpt2",
+                "steps": 1, "block": 1, "warmup": 1, "tmp": str(tmp_path), "workloads": "recording.real_models",
+                "build": {"foreach": True}})
+    assert fe["errors"] == 0 and 100 < fe["calls"] < out["calls"] - 100
+    assert real.OPTIMIZERS == {"loop": (False,), "foreach": (True,), "both": (False, True)}
 
 
 # ---------------------------------------------------------------- accelerator_check.py on the CPU

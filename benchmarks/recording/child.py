@@ -144,7 +144,7 @@ def _growth(spec: dict) -> dict:
     import msprobe_nb
 
     mod = _workloads(spec)
-    work = mod.build(spec["size"])
+    work = mod.build(spec["size"], **spec.get("build", {}))
     train_step = _train_step(mod, work)
     dump_root = tempfile.mkdtemp(prefix="bench_", dir=spec.get("tmp"))
     try:
@@ -173,7 +173,7 @@ def child(spec: dict) -> dict:
     if tool == "growth":
         return _growth(spec)
     mod = _workloads(spec)
-    work = mod.build(spec["size"])
+    work = mod.build(spec["size"], **spec.get("build", {}))
     train_step = _train_step(mod, work)
     warmup, n = spec["warmup"], spec["steps"]
     base_t, with_t, sizes = [], [], []  # (wall s, CPU s) per timed step

@@ -166,8 +166,10 @@ MODELS = {
 }
 
 
-def build(name: str, seed: int = SEED, threads: int = 1) -> Workload:
-    """The workload ``name`` (a key of :data:`MODELS`); same seed, same weights and batches."""
+def build(name: str, seed: int = SEED, threads: int = 1, foreach: bool = False) -> Workload:
+    """The workload ``name`` (a key of :data:`MODELS`); same seed, same weights and batches. ``foreach``: AdamW's
+    multi-tensor path (a few ``_foreach_*`` calls a step, the default on GPUs and NPUs) rather than its loop over
+    the parameters (a handful of calls per parameter, the default on CPUs)."""
     if name not in MODELS:
         raise ValueError(f"unknown real model {name!r}; expected one of {', '.join(MODELS)}")
     if threads:
@@ -178,6 +180,6 @@ def build(name: str, seed: int = SEED, threads: int = 1) -> Workload:
         warnings.simplefilter("ignore")  # the libraries' notes about configs and checkpointing
         model = make_model()
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
     gen = torch.Generator().manual_seed(seed + 1)
     return Workload(name, model, opt, lambda: make_batch(gen), step)
