@@ -21,17 +21,17 @@ _STEP: dict[str, Any] = {"columns": {"name": ["a", "b"], "shape": [(2,), None], 
                          "tensors": {"t": np.arange(2, dtype=np.float32)}}
 
 
-def _written(tmp_path: Path, edit: Callable[..., None] | None = None,
+def _written(tmp_path: Path, edit: Callable[[dict, DumpWriter], None] | None = None,
              stage: Callable[[dict], None] | None = None) -> Path:
-    """One step written by the real writer; ``edit`` changes its prepared payload (``edit(p)`` or ``edit(p,
-    writer)``), ``stage`` the tensor index columns, just before they are committed."""
+    """One step written by the real writer; ``edit(payload, writer)`` changes its prepared payload, ``stage``
+    the tensor index columns, just before they are committed."""
     d = tmp_path / "d"
     with DumpWriter(d) as w:
         if edit is not None:
             real_write = w._write
 
             def write(step: int, p: dict, flags: int = 0) -> None:
-                edit(p) if edit.__code__.co_argcount == 1 else edit(p, w)  # type: ignore[call-arg]
+                edit(p, w)
                 real_write(step, p, flags)
             w._write = write  # type: ignore[method-assign]
         if stage is not None:
@@ -61,8 +61,8 @@ def test_a_faithful_write_reads_back_every_id(tmp_path):
     assert parts.tensor_loader("t").tolist() == [0.0, 1.0]
 
 
-def _set_col(col: str, value: int) -> Callable[[dict], None]:
-    def edit(p: dict) -> None:
+def _set_col(col: str, value: int) -> Callable[[dict, DumpWriter], None]:
+    def edit(p: dict, w: DumpWriter) -> None:
         p["cols"][col] = p["cols"][col].copy()
         p["cols"][col][-1] = value
     return edit
@@ -74,7 +74,7 @@ def test_a_string_column_naming_no_string_is_refused(tmp_path, value):
 
 
 def test_the_highest_string_id_there_is_is_read(tmp_path):
-    def edit(p: dict) -> None:  # the last string interned in this step: the highest id in the table
+    def edit(p: dict, w: DumpWriter) -> None:  # the last string interned in this step: the highest id in the table
         p["cols"]["family"] = p["cols"]["name"].copy()
     assert read_hdf5(_written(tmp_path, edit)).calls["family"].tolist() == ["a", "b"]
 
@@ -85,13 +85,13 @@ def test_a_shape_id_naming_no_shape_is_refused(tmp_path, value):
 
 
 def test_shape_id_minus_one_is_no_shape_and_the_last_shape_is_read(tmp_path):
-    def edit(p: dict) -> None:
+    def edit(p: dict, w: DumpWriter) -> None:
         p["cols"]["shape"] = np.array([-1, 0], p["cols"]["shape"].dtype)
     assert read_hdf5(_written(tmp_path, edit)).calls["shape"].tolist() == [None, (2,)]
 
 
-def _stack_frames(value: int) -> Callable[[dict], None]:
-    def edit(p: dict) -> None:
+def _stack_frames(value: int) -> Callable[[dict, DumpWriter], None]:
+    def edit(p: dict, w: DumpWriter) -> None:
         sid, frames = p["stacks"][0]
         p["stacks"][0] = (sid, [frames[0], value])
     return edit
@@ -102,8 +102,8 @@ def test_a_stack_frame_naming_no_string_is_refused(tmp_path, value):
     _refused(_written(tmp_path, _stack_frames(value)), "stacks/frames refers to strings outside the string table")
 
 
-def _construct(which: int, value: int) -> Callable[[dict], None]:
-    def edit(p: dict) -> None:
+def _construct(which: int, value: int) -> Callable[[dict, DumpWriter], None]:
+    def edit(p: dict, w: DumpWriter) -> None:
         arrays = [a.copy() for a in p["construct"]]
         arrays[which][0] = value
         p["construct"] = tuple(arrays)
@@ -120,8 +120,8 @@ def test_a_construct_parent_of_minus_one_is_none(tmp_path):
     assert read_hdf5(_written(tmp_path, _construct(1, -1))).construct == {"a": None, "b": None}
 
 
-def _tensor(field: int, value: int) -> Callable[[dict], None]:
-    def edit(p: dict) -> None:
+def _tensor(field: int, value: int) -> Callable[[dict, DumpWriter], None]:
+    def edit(p: dict, w: DumpWriter) -> None:
         row = list(p["tensors"][0])
         row[field] = value
         p["tensors"][0] = tuple(row)
