@@ -3,7 +3,7 @@ tests mapped to it must fail (issue 36). tools/mutation.py runs the full tool; t
 Each mutant's original text must occur exactly once, so that a refactor fails here loudly, not silently."""
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shutil
 import socket
@@ -169,11 +169,19 @@ def _run(server: Path | None, copy: Path, nodes: list[str]) -> tuple[int, str]:
         r = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=copy, env=env, capture_output=True,
                            text=True, timeout=300)
         return r.returncode, r.stdout + r.stderr
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(str(server))
-        s.sendall(json.dumps({"args": args, "cwd": str(copy), "path": str(copy), "timeout": 300}).encode() + b"\n")
-        res = json.loads(s.makefile("r").readline())
-    return int(res["rc"]), res["output"]
+    return _server_client().ask(str(server), 300, args, cwd=str(copy), package=str(copy))
+
+
+@functools.cache
+def _server_client():
+    """tools/mutation_server.py as a module, loaded once (tools/ is no package): the client of its protocol."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutation_server", ROOT / "tools" / "mutation_server.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _mutate(pristine: Path, tmp_path: Path, module: str, old: str, new: str) -> Path:

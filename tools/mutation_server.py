@@ -149,10 +149,14 @@ def serve(path: str, preload: list[str], mutated: str | None = None, tests_dir: 
                 pass  # the client was killed meanwhile
 
 
-def _ask(path: str, timeout: float, args: list[str]) -> tuple[int, str]:
+def ask(path: str, timeout: float, args: list[str], cwd: str | None = None,
+        package: str | None = None) -> tuple[int, str]:
+    """Run pytest ``args`` in a child of the server at ``path``, in ``cwd`` (default: ours), with ``package``
+    first on its ``sys.path``; (pytest's status, its output)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
-        s.sendall(json.dumps({"args": args, "cwd": os.getcwd(), "timeout": timeout}).encode() + b"\n")
+        s.sendall(json.dumps({"args": args, "cwd": cwd or os.getcwd(), "path": package,
+                              "timeout": timeout}).encode() + b"\n")
         res = json.loads(s.makefile("r").readline())
     return int(res["rc"]), res["output"]
 
@@ -164,7 +168,7 @@ def run(path: str, timeout: float, args: list[str]) -> int:
     opts = [a for a in args if a not in files]
     rc = 0
     for f in files or [None]:
-        rc, text = _ask(path, timeout, opts + ([f] if f else []))
+        rc, text = ask(path, timeout, opts + ([f] if f else []))
         sys.stdout.write(text)
         if rc != 0:
             break
