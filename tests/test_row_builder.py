@@ -114,6 +114,18 @@ def _script_factory():
         yield "input", {7: tensors["w"], "s": "text"}, {"prefix": "g"}
         yield "input", tuple(range(300)) + (tensors["a"],), {}  # positions past the 256 made once
         yield "input", [tensors["a"]] * 3, {"prefix": "q"}
+        # foreach ops' lists of tensors, walked in C: seen and new tensors, a subclass, None, values, empty and
+        # nested containers, a Size and a namedtuple among the elements, an empty key's path
+        many = [torch.full((2,), float(i)) for i in range(40)]
+        yield "input", (many, [tensors["w"], tensors["sub"], None, 2.0, torch.Size([3])], 0.9), {}
+        yield "input", ([], (), [[], (tensors["a"], [None]), {"k": tensors["w"]}, point(1, tensors["a"])]), {}
+        yield "input", {"": [tensors["a"], None], "lists": (many[:3], [tensors["bf16"]])}, {"is_kwarg": True}
+        yield "output", [many[:2], many[2:4]], {"set_producer": True}
+        yield "input", ([tensors["a"], [tensors["w"], [tensors["i64"], (tensors["bool"],)]]],), {"prefix": "g"}
+        deep: list = [tensors["a"]]
+        for _ in range(70):  # past leaves.MAX_DEPTH: the innermost lists are one value, at walk's depth
+            deep = [deep, None]
+        yield "input", (deep,), {}
     return script
 
 
@@ -284,6 +296,30 @@ def test_a_recording_is_the_same_with_either_row_builder(tmp_path, level, model)
     c = _record(tmp_path / "c", level, True, make)
     py = _record(tmp_path / "py", level, False, make)
     assert len(c) == len(py) > 20
+    _assert_same_columns(c, py)
+
+
+@pytest.mark.parametrize("model", ["own", "gpt2"])
+def test_a_foreach_optimizer_records_the_same_with_either_row_builder(tmp_path, model):
+    """AdamW's multi-tensor path (the GPU and NPU default): each ``_foreach_*`` call takes lists of every
+    parameter, gradient and moment, which the C builder walks itself; one row per tensor of each list."""
+    build, step = (_own_model, _own_step) if model == "own" else (_gpt2, _lm_step)
+
+    def make():
+        m, batch = build()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+        return m, lambda: step(m, opt, batch)
+
+    c = _record(tmp_path / "c", "L1", True, make)
+    py = _record(tmp_path / "py", "L1", False, make)
+    n_params = len(list(make()[0].parameters()))
+    listed = c[c.op.str.startswith("_foreach_") & (c.io == "input") & c.arg.str.contains(".", regex=False)]
+    assert listed.op.nunique() >= 5
+    # every list argument has one tensor row per parameter, its path the argument's position and the index
+    for (_, _, position), rows in listed.groupby([listed.step, listed.call, listed.arg.str.split(".").str[0]]):
+        assert list(rows.arg) == [f"{position}.{i}" for i in range(n_params)]
+        assert (rows.kind == "tensor").all() or position != "0"  # later lists may hold floats (bias corrections)
+    assert len(c) == len(py)
     _assert_same_columns(c, py)
 
 

@@ -503,11 +503,45 @@ static int add_pairs(Rows *r, PyObject *pairs)
     return failed || PyErr_Occurred() ? -1 : 0;
 }
 
-/* One item of a flat list, tuple or dict at path: a leaf, or a nested container walked by leaves.walk, as
-   leaves.leaves() does it (a torch.Size is a leaf). */
+/* An exact list or tuple nested in a call's arguments at path (a foreach op's lists of tensors: hundreds of
+   leaves in one argument), walked here as leaves.walk(seq, path, 1) walks it: its elements at depth 2, paths
+   "path.i" ("i" under an empty path). Plain tensors, None and other non-containers are leaves; an element that
+   is itself a list, tuple or dict goes through walk(element, its path, 2), so namedtuples, torch.Size and
+   deeper nesting keep walk's rules. */
+static int add_sequence(Rows *r, PyObject *path, PyObject *seq_in)
+{
+    PyObject *ctx = r->ctx, *tensor = PyTuple_GET_ITEM(ctx, C_TENSOR);
+    PyObject *seq = PySequence_Fast(seq_in, "");  /* the same object, held; a list's size is read each time */
+    if (seq == NULL)
+        return -1;
+    int has_path = PyUnicode_GET_LENGTH(path) > 0, failed = 0;
+    for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(item);  /* a list may change while Python code runs for an item */
+        PyObject *sub = has_path ? PyUnicode_FromFormat("%U.%zd", path, i) : PyUnicode_FromFormat("%zd", i);
+        if (sub == NULL)
+            failed = 1;
+        else if ((PyObject *)Py_TYPE(item) != tensor && item != Py_None
+                 && (PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))) {
+            PyObject *pairs = PyObject_CallFunction(PyTuple_GET_ITEM(ctx, C_WALK), "OOi", item, sub, 2);
+            failed = pairs == NULL || add_pairs(r, pairs) < 0;
+            Py_XDECREF(pairs);
+        } else
+            failed = add_leaf(r, sub, item) < 0;
+        Py_XDECREF(sub);
+        Py_DECREF(item);
+    }
+    Py_DECREF(seq);
+    return failed ? -1 : 0;
+}
+
+/* One item of a flat list, tuple or dict at path: a leaf, or a nested container walked as leaves.walk walks
+   it, as leaves.leaves() does it (a torch.Size is a leaf): exact lists and tuples here, others by walk. */
 static int add_item(Rows *r, PyObject *path, PyObject *item)
 {
     PyObject *ctx = r->ctx;
+    if (PyList_CheckExact(item) || PyTuple_CheckExact(item))
+        return add_sequence(r, path, item);
     if ((PyObject *)Py_TYPE(item) != PyTuple_GET_ITEM(ctx, C_TENSOR) && item != Py_None
         && (PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))) {
         int size = PyObject_IsInstance(item, PyTuple_GET_ITEM(ctx, C_SIZE_TYPE));
