@@ -28,6 +28,7 @@ def _worker(rank: int, world: int, port: int, dump: str) -> None:
         for _ in range(2):  # twice: the second run must go to a fresh folder, the same one on both ranks
             with msprobe_nb.record(dump_path=dump, level="mix", model=lin):
                 lin(torch.full((2, 4), float(rank))).sum().backward()
+        dist.barrier()  # no rank tears its group down while the other still talks to it (gloo aborts then)
     finally:
         dist.destroy_process_group()
 

@@ -93,6 +93,7 @@ def _worker(rank, port, root):
         out = {"bitwise": same, "grads": watched[2], "weights0": watched[3],
                "local_numel": [s.numel() for s in watched[1]]}
         Path(root, f"rank{rank}.json").write_text(json.dumps(out))
+        dist.barrier()  # no rank tears its group down while the other still talks to it (gloo aborts then)
     finally:
         dist.destroy_process_group()
 
