@@ -11,7 +11,9 @@ closed after its pairs.
 Models: ``mlp``, issue 32's 12-layer 256-wide ReLU MLP with AdamW (batch 64, a step of about 10 ms), and
 ``large``, the 45-layer transformer of benchmarks/models.py (SGD, about 230 ms). Configurations: ``default``
 (norms and NaN / inf counts of weights and gradients, the alert rules; targets: 1.10x on the MLP, 1.02x on
-the large model), ``no-alerts``, and each option on top of the default (``CONFIGS``). ``µs/tensor`` is the
+the large model), ``no-alerts``, each option on top of the default (``CONFIGS``), and ``read-floor``: no
+monitor, only the default's one read of every weight and gradient by the C kernel in an optimizer hook, the
+least any monitor of weights and gradients costs a step. ``µs/tensor`` is the
 monitored step's extra time per weight and gradient read, ``floor`` the same for one bare read of them by the
 C norm kernel (the physical floor).
 
@@ -39,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import models  # noqa: E402
 
-#: configuration -> (Monitor options, target ratio or None); the targets are issue 32's for the default
+#: the configuration that is no monitor but its floor (see CONFIGS)
+READ_FLOOR = "read-floor"
+#: configuration -> (Monitor options, or None for the read floor; target ratio or None); the targets are issue
+#: 32's for the default
 CONFIGS = {
     "default": ({}, None),  # norms and NaN / inf counts of weights and gradients, the alert rules
     "no-alerts": ({"alerts": False}, None),
@@ -49,11 +54,15 @@ CONFIGS = {
     "+activation_grads": ({"activations": True}, None),
     "+signs": ({"signs": True}, None),
     "+histogram": ({"histogram": [-1e-3, 0.0, 1e-3]}, None),
+    # no monitor: an optimizer pre-hook that only collects every weight's and gradient's address and size and
+    # runs the C norms kernel over them (no rows, no commit, no alerts): the least any monitor reading weights
+    # and gradients each step can cost here
+    READ_FLOOR: (None, None),
 }
 #: the default's target per model
 TARGETS = {"mlp": 1.10, "large": 1.02}
 #: configurations run on the large model by default (its step is 25x the MLP's)
-LARGE_CONFIGS = ("default", "+min/max/mean", "+activations")
+LARGE_CONFIGS = ("default", READ_FLOOR, "+min/max/mean", "+activations")
 MLP_LAYERS, MLP_WIDTH, MLP_BATCH = 12, 256, 64
 
 
@@ -105,6 +114,30 @@ def one_read_floor_us(work: models.Workload, repeat: int = 50) -> tuple[float, i
     return (time.process_time() - t0) / repeat * 1e6, len(ts)
 
 
+class _ReadFloor:
+    """The read floor as a stand-in for a Monitor: an optimizer step pre-hook that reads every weight and
+    gradient once with the C norms kernel (the default's own first pass), and nothing else."""
+
+    def __init__(self, work: models.Workload) -> None:
+        from msprobe_nb.capture.monitor_stats import cpu_norm_runs, cpu_norms_host
+
+        params = list(work.model.parameters())
+
+        def hook(*_: object) -> None:
+            runs = cpu_norm_runs(params + [p.grad for p in params])
+            if runs is None:
+                raise RuntimeError("the read floor needs float32 CPU tensors and the built C kernel")
+            cpu_norms_host(runs)
+
+        self._handle = work.optimizer.register_step_pre_hook(hook)
+
+    def step(self, loss: object = None) -> None:
+        pass
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
 def _time_step(work: models.Workload, mon=None) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one training step (with ``mon.step`` when monitored)."""
     w0, c0 = time.perf_counter(), time.process_time()
@@ -151,7 +184,8 @@ def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str 
             path = os.path.join(root, name)
             base, with_, ratios, walls = [], [], [], []
             with contextlib.redirect_stdout(io.StringIO()):  # alerts are checked (the default), not shown
-                mon = mp.Monitor(watched.model, watched.optimizer, dump_path=path, **opts)
+                mon = _ReadFloor(watched) if opts is None else \
+                    mp.Monitor(watched.model, watched.optimizer, dump_path=path, **opts)
                 _time_step(watched, mon)  # its first step allocates the file's tables
                 for i in range(pairs):
                     if i % 2:
@@ -168,7 +202,7 @@ def run(size: str | int = "large", pairs: int = 150, warmup: int = 5, root: str 
                          "tensors": 2 * sum(1 for _ in watched.model.parameters()),
                          "wall_ratio": statistics.median(walls), "target": target,
                          "with_ms": statistics.median(with_) * 1e3, "base_ms": statistics.median(base) * 1e3,
-                         "bytes_per_step": _record_bytes(path)}
+                         "bytes_per_step": 0.0 if opts is None else _record_bytes(path)}
             shutil.rmtree(path, ignore_errors=True)
         return out
     finally:
