@@ -133,6 +133,69 @@ class _List(list):
     """A list subclass: walked like a list by leaves.walk."""
 
 
+def _random_script(seed: int):
+    """A script of random argument trees: lists, tuples, dicts, list subclasses and namedtuples nested up to
+    four deep around plain tensors (some met again, some changed in place), a tensor subclass, None, scalars,
+    strings and sizes; the same seed builds the same trees of fresh tensors."""
+    import random
+
+    rnd = random.Random(seed)
+    pair = collections.namedtuple("Pair", "a b")
+    pool = [torch.full((rnd.randint(1, 5),), float(i)) for i in range(6)]
+
+    def leaf():
+        k = rnd.randrange(8)
+        if k < 3:
+            return rnd.choice(pool)
+        return [None, 1.5, 7, "s", torch.Size([2, rnd.randint(1, 3)]),
+                torch.ones(2).as_subclass(_Sub)][k - 2] if k < 8 else None
+
+    def tree(depth):
+        if depth >= 4 or rnd.random() < 0.35:
+            return leaf()
+        n = rnd.randrange(4)
+        kind = rnd.randrange(5)
+        items = [tree(depth + 1) for _ in range(n)]
+        if kind == 0:
+            return items
+        if kind == 1:
+            return tuple(items)
+        if kind == 2:
+            return {rnd.choice(["", "k", 3, "x.y"]) if i == 0 else f"k{i}": v for i, v in enumerate(items)}
+        if kind == 3:
+            return _List(items)
+        return pair(tree(depth + 1), tree(depth + 1))
+
+    keep = []  # every tree lives to the end: a freed tensor's id taken again would depend on each path's timing
+
+    def script():
+        for i in range(60):
+            if i % 7 == 3:
+                rnd.choice(pool).add_(1.0)  # changed in place: summarised again where met next
+            value = tuple(tree(1) for _ in range(rnd.randrange(1, 4))) if rnd.random() < 0.8 else tree(0)
+            keep.append(value)
+            kw = {"set_producer": True} if rnd.random() < 0.3 else {"prefix": "p"} if rnd.random() < 0.2 else {}
+            yield ("output" if kw.get("set_producer") else "input"), value, kw
+    return script
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_argument_trees_give_the_same_rows_either_way(seed):
+    """Nested lists and tuples are walked in C, everything else as leaves.walk does: random trees of every
+    container and leaf kind give the Python loop's rows, seen entries and tensor ids."""
+    recs = []
+    for c in (True, False):
+        rec = _recorder(c=c)
+        _feed(rec, _random_script(seed))
+        recs.append(rec)
+    (rows1, seen1, *rest1), (rows2, seen2, *rest2) = _state(recs[0]), _state(recs[1])
+    assert len(rows1) == len(rows2) > 20
+    for r1, r2 in zip(rows1, rows2):
+        assert _same(r1, r2), (r1, r2)
+    assert [e[1:] for e in seen1.values()] == [e[1:] for e in seen2.values()]
+    assert _same(rest1, rest2)
+
+
 @pytest.mark.parametrize("task,summary_mode", [("statistics", "statistics"), ("statistics", "md5"),
                                                ("tensor", "statistics")])
 def test_the_c_rows_equal_the_python_rows(task, summary_mode):
