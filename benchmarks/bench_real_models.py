@@ -37,8 +37,9 @@ from recording.runner import find_msprobe_python, kernel_note, run_child
 #: the configurations measured, in table order, and their msprobe twins
 CONFIGS = ("stat-L0", "stat-L1", "stat-mix", "tensor-L1")
 TWINS = {c: "ms-" + c for c in CONFIGS}
-#: time targets (recorded / plain) and the peak-memory target of the statistics configurations
-TIME_TARGETS = {"stat-L1": 2.5, "stat-mix": 3.0, "stat-L0": 1.5, "tensor-L1": 8.0}
+#: time targets (recorded / plain) and the peak-memory target of the statistics configurations: issue 37's
+#: (statistics L1 3x, mix 3.5x, L0 1.6x); tensor L1 keeps the earlier bound, which 37 asks not to worsen
+TIME_TARGETS = {"stat-L1": 3.0, "stat-mix": 3.5, "stat-L0": 1.6, "tensor-L1": 8.0}
 MEM_TARGET = 1.10
 MEM_CONFIGS = ("stat-L0", "stat-L1", "stat-mix")
 LABELS = {"stat-L0": "L0", "stat-L1": "L1", "stat-mix": "mix", "tensor-L1": "tensor L1"}
