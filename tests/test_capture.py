@@ -526,6 +526,21 @@ def test_recording_does_not_import_pandas_or_widgets(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+def test_recording_an_uncompiled_model_does_not_load_dynamo(tmp_path):
+    """The module hooks ask whether a module is torch.compile's wrapper at every call: without a compiled model
+    that costs neither torch._dynamo's import (most of a second, and its memory) nor an import statement a call.
+    A compiled model loads dynamo itself, and is then recognised (tests/test_compile.py)."""
+    code = ("import sys, torch, msprobe_nb\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())\n"
+            "for level in ('L0', 'L1', 'mix'):\n"
+            f"    with msprobe_nb.record(dump_path={str(tmp_path)!r} + '/' + level, level=level, model=m):\n"
+            "        m(torch.ones(1, 2)).sum().backward()\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 def test_device_statistics_path_agrees_with_the_cpu_path():
     """Accelerators use _device_stats (no .item() per call, one read-back per step); run that code on the CPU."""
     from msprobe_nb.capture.stats import Summarizer, _cpu_stats, _device_stats

@@ -14,6 +14,7 @@ graph's kernels run without them. What stays visible, with ``compile="compiled"`
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, cast
 
@@ -36,12 +37,21 @@ NOTES = {
 }
 
 
+#: torch._dynamo's ``OptimizedModule`` once dynamo is loaded (None until then)
+_OPTIMIZED: Any = None
+
+
 def _optimized_module() -> Any:
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # a torch without dynamo
-        return ()
-    return OptimizedModule
+    """``OptimizedModule``, or ``()`` while torch._dynamo is not loaded: no module can be one before
+    ``torch.compile`` loads it, so the module hooks neither import dynamo (a heavy import) nor run an import
+    statement at every module call."""
+    global _OPTIMIZED
+    if _OPTIMIZED is None:
+        found = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+        if found is None:  # not loaded (or still loading): nothing is compiled yet
+            return ()
+        _OPTIMIZED = found
+    return _OPTIMIZED
 
 
 def is_compiled(module: Any) -> bool:
