@@ -528,8 +528,9 @@ def test_recording_does_not_import_pandas_or_widgets(tmp_path):
 
 def test_recording_an_uncompiled_model_does_not_load_dynamo(tmp_path):
     """The module hooks ask whether a module is torch.compile's wrapper at every call: without a compiled model
-    that costs neither torch._dynamo's import (most of a second, and its memory) nor an import statement a call.
-    A compiled model loads dynamo itself, and is then recognised (tests/test_compile.py)."""
+    that costs neither torch._dynamo's import (most of a second, and its memory, where no torch optimizer has
+    loaded it) nor an import statement a call. A compiled model loads dynamo itself, and is then recognised
+    (tests/test_compile.py)."""
     code = ("import sys, torch, msprobe_nb\n"
             "m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())\n"
             "for level in ('L0', 'L1', 'mix'):\n"
