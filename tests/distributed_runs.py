@@ -15,6 +15,7 @@ with gradient accumulation under ``Monitor``, and without it). Reusable dumps:
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -34,6 +35,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def settle() -> None:
+    """End a scenario on every rank: free what it left while the process group is alive (DDP's reducer and
+    FSDP2's modules sit in reference cycles, which a later collection would tear down after the group, or at
+    the interpreter's exit, where gloo aborts the process: 'terminate called without an active exception'),
+    then meet the other ranks, so that none tears its group down while another still talks to it."""
+    gc.collect()
+    dist.barrier()
 
 
 def run_ranks(world: int, scenarios: list[str], root: str | os.PathLike) -> Path:
@@ -66,7 +76,7 @@ def _worker(rank: int, world: int, port: int, root: str, scenarios: list[str]) -
             out = Path(root) / name
             out.mkdir(parents=True, exist_ok=True)
             SCENARIOS[name](rank, world, out)
-            dist.barrier()
+            settle()
     finally:
         dist.destroy_process_group()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from distributed_runs import free_port
+from distributed_runs import free_port, settle
 
 #: the rank and step at which :func:`_fsdp_planted` changes one rank's input, and the first call it changes
 PLANTED = {"rank": 1, "step": 1, "call": "Functional.linear.0.forward"}
@@ -44,7 +44,7 @@ def _worker(rank: int, world: int, port: int, root: str, scenarios: list[str], c
             out = Path(root) / name
             out.mkdir(parents=True, exist_ok=True)
             SCENARIOS[name](rank, world, out)
-            dist.barrier()
+            settle()
     finally:
         dist.destroy_process_group()
 

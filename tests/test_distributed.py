@@ -1,6 +1,7 @@
 """Two ranks (gloo on the CPU) record into one dump folder: one file per rank, the same folder for both."""
 from __future__ import annotations
 
+import gc
 import os
 import socket
 
@@ -28,6 +29,7 @@ def _worker(rank: int, world: int, port: int, dump: str) -> None:
         for _ in range(2):  # twice: the second run must go to a fresh folder, the same one on both ranks
             with msprobe_nb.record(dump_path=dump, level="mix", model=lin):
                 lin(torch.full((2, 4), float(rank))).sum().backward()
+        gc.collect()  # what the run left in reference cycles is freed while the group lives
         dist.barrier()  # no rank tears its group down while the other still talks to it (gloo aborts then)
     finally:
         dist.destroy_process_group()

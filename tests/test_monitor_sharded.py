@@ -5,6 +5,7 @@ reduction, so that a rank whose gradients part is named. The ranks run in a chil
 script) under a timeout, so a hung collective fails the test instead of the suite."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -93,6 +94,7 @@ def _worker(rank, port, root):
         out = {"bitwise": same, "grads": watched[2], "weights0": watched[3],
                "local_numel": [s.numel() for s in watched[1]]}
         Path(root, f"rank{rank}.json").write_text(json.dumps(out))
+        gc.collect()  # FSDP2's modules and DDP's reducer sit in reference cycles: freed while the group lives
         dist.barrier()  # no rank tears its group down while the other still talks to it (gloo aborts then)
     finally:
         dist.destroy_process_group()
