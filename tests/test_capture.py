@@ -515,15 +515,20 @@ def test_gradients_through_reshapes_reuse_statistics_correctly(tmp_path):
     assert c.loc["Tensor.__mul__.0.backward.output.0", "max"] == pytest.approx(float((3 * g).max()), rel=1e-6)
 
 
+def _fresh_interpreter(code: str) -> str:
+    """What ``code`` prints, run in a new interpreter (what it imports is then its own); it must succeed."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_recording_does_not_import_pandas_or_widgets(tmp_path):
     """A training process that only records pays for neither pandas nor ipywidgets (memory, start-up)."""
     code = ("import sys, torch, msprobe_nb\n"
             f"with msprobe_nb.record(dump_path={str(tmp_path / 'd')!r}, level='mix'):\n"
             "    torch.nn.Linear(2, 2)(torch.ones(1, 2)).sum().backward()\n"
             "print(sorted(m for m in ('pandas', 'ipywidgets', 'matplotlib') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _fresh_interpreter(code) == "[]"
 
 
 def test_recording_an_uncompiled_model_does_not_load_dynamo(tmp_path):
@@ -537,9 +542,7 @@ def test_recording_an_uncompiled_model_does_not_load_dynamo(tmp_path):
             f"    with msprobe_nb.record(dump_path={str(tmp_path)!r} + '/' + level, level=level, model=m):\n"
             "        m(torch.ones(1, 2)).sum().backward()\n"
             "print('torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert _fresh_interpreter(code) == "False"
 
 
 def test_device_statistics_path_agrees_with_the_cpu_path():
