@@ -82,3 +82,21 @@ def test_a_wrong_custom_backward_is_the_first_divergence(tmp_path):
 def test_recording_custom_functions_changes_no_bit(tmp_path):
     for a, b in zip(train(tmp_path / "x", scale_fn(1.0), record=False), train(tmp_path / "y", scale_fn(1.0))):
         assert torch.equal(a, b)
+
+
+def test_a_function_whose_context_reuses_a_dead_ones_id_is_still_opened(tmp_path):
+    """Under no_grad a Function's ctx dies when apply returns, and the next call's ctx often takes its memory,
+    so its id: the new call is opened all the same, with its inputs (its ctx is not the dead one)."""
+    fn = scale_fn(1.0)
+    x, y = torch.randn(3), torch.randn(3)
+    dbg = Debugger(dump_path=str(tmp_path / "d"), level="L1", task="statistics")
+    dbg.start()
+    with torch.no_grad():
+        for _ in range(6):
+            fn.apply(x, 2.0, y)
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    c = load(str(tmp_path / "d")).calls
+    inputs = c[c.call.str.startswith("Function.Scale.") & (c.io == "input")]
+    assert sorted(inputs.call.unique()) == [f"Function.Scale.{i}.forward" for i in range(6)]

@@ -58,7 +58,8 @@ class CustomFunctions:
         local = frame.f_locals  # read once per invocation
         ctx = local.get(code.co_varnames[0])
         if isinstance(ctx, BackwardCFunction):
-            if id(ctx) in self.calls:
+            hit = self.calls.get(id(ctx))
+            if hit is not None and hit[0]() is ctx:  # opened already (not a dead ctx whose id this one took)
                 return
         else:  # setup_context style: the node is made after forward returns; matched by name when consumed
             ctx = None
