@@ -2,10 +2,11 @@
 
 * ``msprobe_nb.capture._fused_stats``: a float32 CPU tensor's max, min, sum and norm in one pass;
 * ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+);
-* ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values.
+* ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values;
+* ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+).
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
-come from torch's reductions, a Python frame walk and Python row building (slower recording).
+come from torch's reductions, a Python frame walk, Python row building and the Python handler (slower recording).
 """
 import sys
 
@@ -22,6 +23,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],
+                                extra_compile_args=ARGS, optional=True))
+    EXTENSIONS.append(Extension("msprobe_nb.capture._api_handler", ["msprobe_nb/capture/_api_handler.c"],
                                 extra_compile_args=ARGS, optional=True))
 
 setup(ext_modules=EXTENSIONS)

@@ -15,9 +15,11 @@ rotating order, so every arm meets the same machine. Arms:
 * ``all C``: every C path that was built;
 * ``no C copies`` (``--task tensor`` only): the row builder without its host copies, which
   ``Summarizer.summarize`` then makes (``_host_copy``);
-* ``no row builder``: ``Recorder.add_rows``' Python loop instead of ``_row_builder.c`` (the kernel
-  statistics and the stack keys stay in C);
-* ``Python only``: no C at all (statistics from torch, the Python stack walk, the Python rows).
+* ``no C handler``: the L1 mode's Python ``__torch_function__`` instead of ``_api_handler.c`` (the rows,
+  statistics and stack keys stay in C);
+* ``no row builder``: ``Recorder.add_rows``' Python loop instead of ``_row_builder.c`` (the handler, the
+  kernel statistics and the stack keys stay in C);
+* ``Python only``: no C at all (statistics from torch, the Python stack walk, the Python rows and handler).
 
 Each arm's step is CPU time (``time.process_time``, one torch thread) of start, the model's training step,
 stop and ``step()``, the write included; the figure is its median over the rounds, and the ratio is against
@@ -34,18 +36,21 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ARMS = ("plain", "all C", "no row builder", "Python only")
+ARMS = ("plain", "all C", "no C handler", "no row builder", "Python only")
 #: the arms of each task: the tensor task's C host copies get an arm of their own
-TASK_ARMS = {"statistics": ARMS, "tensor": ("plain", "all C", "no C copies", "no row builder", "Python only")}
+TASK_ARMS = {"statistics": ARMS,
+             "tensor": ("plain", "all C", "no C copies", "no C handler", "no row builder", "Python only")}
 
 
 class _Switches:
     """Turns the kit's C paths off and on again, in one recorder (the same switches as the tests')."""
 
     def __init__(self, dbg):
-        from msprobe_nb.capture import recorder, stacks, stats
+        from msprobe_nb.capture import api_mode, recorder, stacks, stats
         self.dbg, self.recorder_mod, self.stacks_mod, self.stats_mod = dbg, recorder, stacks, stats
+        self.api_mode = api_mode
         self.saved = (recorder._build_rows, stacks._stack_key, stats._fused_at)
+        self.handler = api_mode._api_handler  # read when start() makes the mode, so each step takes its arm's
         self.ctx = dbg._recorder._row_ctx  # its last entry: where the builder makes host copies itself
 
     def set(self, arm: str) -> None:
@@ -55,6 +60,7 @@ class _Switches:
         rec._row_ctx = self.ctx[:-1] + (None,) if arm == "no C copies" else self.ctx
         self.stacks_mod._stack_key = None if arm == "Python only" else key
         self.stats_mod._fused_at = None if arm == "Python only" else fused
+        self.api_mode._api_handler = None if arm in ("no C handler", "Python only") else self.handler
 
     def restore(self) -> None:
         self.set("all C")
@@ -110,7 +116,8 @@ def report(results: dict[tuple[str, str], dict[str, float]]) -> list[str]:
         cells = [f"{ms[a] / plain:.2f}x" for a in arms[1:]]
         lines.append(f"| {model} | {level} | {plain:.1f} | " + " | ".join(cells) + " |")
     lines.append("")
-    words = {"no C copies": "without the C host copies", "no row builder": "without the row builder",
+    words = {"no C copies": "without the C host copies", "no C handler": "without the C handler",
+             "no row builder": "without the row builder",
              "Python only": "with no C path"}
     for (model, level), ms in results.items():
         c = ms["all C"]
@@ -127,9 +134,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     ap.add_argument("--task", default="statistics", choices=sorted(TASK_ARMS), help="the recording task")
     args = ap.parse_args(argv)
-    from msprobe_nb.capture import recorder, stacks, stats
-    built = [n for n, f in (("row builder", recorder._build_rows), ("stack keys", stacks._stack_key),
-                            ("statistics kernel", stats._fused_at)) if f is not None]
+    from msprobe_nb.capture import api_mode, recorder, stacks, stats
+    built = [n for n, f in (("handler", api_mode._api_handler), ("row builder", recorder._build_rows),
+                            ("stack keys", stacks._stack_key), ("statistics kernel", stats._fused_at))
+             if f is not None]
     print("C paths built:", ", ".join(built) or "none (every arm but plain runs the Python paths)")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,6 +9,11 @@ Autograd runs its nodes without any function mode: a call's backward is read fro
 (``grad_hooks`` / ``api_backward``), and a reentrant checkpoint's recompute is recorded by pushing this mode
 for that one node's backward. Custom ``autograd.Function`` calls are seen from inside their forward
 (``custom_functions``).
+
+Where the optional C extension ``_api_handler`` is built, the common recorded call runs in C (the handler past
+the compile check, with the rows through the C row builder) and reaches :meth:`ApiMode._recorded` for the rare
+ones; without it, or with ``_api_handler`` set to None before the mode is made, the Python handler below gives
+the same rows (tests/test_api_handler.py holds them equal).
 """
 from __future__ import annotations
 
@@ -17,14 +22,20 @@ import sys
 
 import torch
 import torch.utils.checkpoint
+from torch.autograd.function import BackwardCFunction
 from torch.overrides import TorchFunctionMode
 
+from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.api_backward import grad_inputs
 from msprobe_nb.capture.collectives import handles
 from msprobe_nb.capture.custom_functions import is_custom_forward, is_custom_node
-from msprobe_nb.capture.naming import resolve_api, tensor_operator
+from msprobe_nb.capture.leaves import POSITIONS
+from msprobe_nb.capture.naming import OPERATOR_AT, OPERATOR_METHODS, resolve_api, tensor_operator
 from msprobe_nb.capture.random_apis import DRAWING_APIS
 from msprobe_nb.capture.recorder import SAME_ELEMENTS, Call, Recorder
+
+# optional C handler (setup.py, CPython 3.11+); None where it is not built or was built for another layout
+_api_handler = c_contract.api_handler()
 
 _is_compiling = torch.compiler.is_compiling
 _sequence_nr = torch._C._autograd._get_sequence_nr
@@ -59,6 +70,28 @@ class ApiMode(TorchFunctionMode):
         self.randomness = randomness  # msprobe_nb.capture.randomness.RandomPolicy or None
         self.record = record  # False: only apply dropout-off / host-random (levels L0 and L2)
         self.replaying = 0  # > 0 while a reentrant checkpoint's backward runs under this mode
+        # the C handler's entry, bound to this mode and recorder; None: the Python handler
+        self._handle = _api_handler.Handler(c_contract.context(_api_handler, self._handler_parts())).handle \
+            if _api_handler is not None else None
+
+    def _handler_parts(self) -> dict:
+        """What the C handler reads and calls, by c_contract.HANDLER_FIELDS name: the recorder's parts it
+        calls back (bound once: they live as long as the recorder) and the tables it shares with Python."""
+        rec = self.recorder
+        return {
+            "mode": self, "recorder": rec, "lock_acquire": rec.lock.acquire, "lock_release": rec.lock.release,
+            "collectives": rec.collectives, "note_error": rec.note_error, "resolve": resolve_api,
+            "operators": OPERATOR_AT, "operator_methods": OPERATOR_METHODS, "slow": self._recorded,
+            "drawing": DRAWING_APIS, "same_elements": SAME_ELEMENTS, "call_type": Call,
+            "graph_task_id": torch._C._current_graph_task_id, "stack_id": rec.stack_id, "selected": rec.selected,
+            "is_custom_forward": is_custom_forward, "forward_frame": rec.functions.forward_frame,
+            "grad_enabled": torch.is_grad_enabled, "sequence_nr": _sequence_nr, "tensor": torch.Tensor,
+            "positions": POSITIONS, "grad_inputs": grad_inputs, "checkpoint_node": _CHECKPOINT_NODE,
+            "replay_in_backward": self.replay_in_backward, "custom_node": BackwardCFunction,
+            "consumed": rec.functions.consumed, "add_rows": rec.add_rows, "io_input": rec._ios.codes["input"],
+            "io_output": rec._ios.codes["output"], "share_summary": rec.share_summary,
+            "mark_written": rec.mark_written, "attach_api_backward": rec.grads.attach_api_backward,
+        }
 
     def replay_in_backward(self, node) -> None:
         """Record what a reentrant checkpoint recomputes: autograd runs a node without any function mode, so
@@ -93,19 +126,32 @@ class ApiMode(TorchFunctionMode):
         rec.grads.keep(node.register_prehook(pre), node.register_hook(post))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
+        # compiling first: dynamo inlines this function and must not trace the rest (nor the C handler, which
+        # it cannot inline: the graph would break at every op)
+        if _is_compiling():
+            return func(*args, **(kwargs or {}))
+        handle = self._handle
+        if handle is not None:
+            return handle(func, args, kwargs)
         rec = self.recorder
-        if not rec.active or rec.busy or _is_compiling():  # compiling first: dynamo must not trace the rest
-            return func(*args, **kwargs)
+        if not rec.active or rec.busy:
+            return func(*args, **(kwargs or {}))
         try:
             resolved = resolve_api(func)  # cached: unrecorded calls (attribute reads...) leave here
         except Exception as exc:  # naming must never break the model
             rec.note_error("naming", exc)
             resolved = None
         if resolved is None:
-            return func(*args, **kwargs)
-        frame = sys._getframe(1)
+            return func(*args, **(kwargs or {}))
+        return self._recorded(func, resolved, sys._getframe(1), args, kwargs)
+
+    def _recorded(self, func, resolved: tuple[str, str], frame, args: tuple, kwargs: dict | None):
+        """A call to record, named ``resolved`` (before the caller's operator is read), made from ``frame``.
+        The C handler comes here for the calls it does not record itself (a checkpoint's replay, collectives,
+        the randomness-only mode, host-side random draws)."""
+        if kwargs is None:
+            kwargs = {}
+        rec = self.recorder
         if self.replaying and _checkpoint_plumbing(func, frame):
             return func(*args, **kwargs)
         if resolved[0] == "Tensor":

@@ -1,7 +1,8 @@
 """The optional C extensions' contracts with the Python side, declared once and checked once, at import.
 
-Each extension exports the layout it was built with: an ``ABI`` number, and for the row builder its context's
-field names (``CONTEXT_FIELDS``, the C enum's order), a row's and a seen entry's arity and the kind codes. The
+Each extension exports the layout it was built with: an ``ABI`` number, and for the row builder and the API
+handler their context's field names (``CONTEXT_FIELDS``, the C enum's order), for the row builder also a row's
+and a seen entry's arity and the kind codes. The
 Python side builds the context by those names and takes an extension only when its layout is the one this
 Python expects; on any mismatch (a stale build next to newer Python files) it warns once and falls back to
 the Python path, which gives the same rows and statistics (tests/test_row_builder.py holds them equal).
@@ -17,6 +18,14 @@ from typing import Any
 STATS_ABI = 1
 #: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
 STACK_KEYS_ABI = 1
+#: ABI of _api_handler (API_HANDLER_ABI in _api_handler.c)
+API_HANDLER_ABI = 1
+#: what the C handler's context holds, by name (ApiMode builds it from these)
+HANDLER_FIELDS = ("mode", "recorder", "lock_acquire", "lock_release", "collectives", "note_error", "resolve",
+                  "operators", "operator_methods", "slow", "drawing", "same_elements", "call_type", "graph_task_id",
+                  "stack_id", "selected", "is_custom_forward", "forward_frame", "grad_enabled", "sequence_nr", "tensor",
+                  "positions", "grad_inputs", "checkpoint_node", "replay_in_backward", "custom_node", "consumed",
+                  "add_rows", "io_input", "io_output", "share_summary", "mark_written", "attach_api_backward")
 #: what the row builder's context holds, by name (Recorder builds it from these)
 CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
                   "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",
@@ -81,6 +90,15 @@ def row_builder(row_arity: int) -> ModuleType | None:
 def stack_keys() -> ModuleType | None:
     """``_stack_keys`` where it is built with this ABI, else None."""
     return _by_abi("_stack_keys", STACK_KEYS_ABI)
+
+
+def api_handler() -> ModuleType | None:
+    """``_api_handler`` where it is built with this ABI and context, else None (the Python handler)."""
+    mod = _by_abi("_api_handler", API_HANDLER_ABI)
+    if mod is not None and set(getattr(mod, "CONTEXT_FIELDS", ())) != set(HANDLER_FIELDS):
+        _refuse("_api_handler", ["context fields differ"])
+        return None
+    return mod
 
 
 def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:

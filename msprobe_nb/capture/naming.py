@@ -30,7 +30,7 @@ _UNARY = {dis.opmap.get("UNARY_NEGATIVE", -1): "__neg__", dis.opmap.get("UNARY_I
 _CMP_SHIFT = 0 if sys.version_info < (3, 12) else (4 if sys.version_info < (3, 13) else 5)
 
 # Tensor methods that an operator resolves to, by the operator's dunder name (in-place forms included).
-_OPERATOR_METHODS = {
+OPERATOR_METHODS = {
     "__add__": "add", "__iadd__": "add_", "__sub__": "sub", "__isub__": "sub_", "__mul__": "mul",
     "__imul__": "mul_", "__truediv__": "div", "__itruediv__": "div_", "__matmul__": "matmul",
     "__and__": "bitwise_and", "__iand__": "bitwise_and_", "__or__": "bitwise_or", "__ior__": "bitwise_or_",
@@ -41,6 +41,27 @@ _OPERATOR_METHODS = {
     "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "__eq__", "__ne__": "__ne__",
     "__neg__": "neg", "__invert__": "bitwise_not",
 }
+
+
+def _operator_table() -> dict[int, str]:
+    """The operator dunder an instruction calls, keyed by ``opcode << 8 | oparg`` (its argument byte): the one
+    table of :func:`tensor_operator` and of the C handler (capture/_api_handler.c)."""
+    table: dict[int, str] = {}
+    if _BINARY_OP >= 0:
+        for arg, dunder in enumerate(_NB_DUNDERS):
+            table[_BINARY_OP << 8 | arg] = dunder
+    for arg in range(256):
+        idx = arg >> _CMP_SHIFT
+        compared = _CMP_DUNDERS.get(dis.cmp_op[idx]) if idx < len(dis.cmp_op) else None
+        if compared is not None:
+            table[_COMPARE_OP << 8 | arg] = compared
+    for opcode, unary in _UNARY.items():
+        if opcode >= 0:
+            table.update((opcode << 8 | arg, unary) for arg in range(256))
+    return table
+
+
+OPERATOR_AT = _operator_table()
 
 # Functions the function mode sees that are metadata or conversions, not computations: never recorded.
 IGNORED_TENSOR_METHODS = frozenset({
@@ -131,17 +152,8 @@ def tensor_operator(resolved: tuple[str, str], frame) -> tuple[str, str]:
     lasti = frame.f_lasti
     if lasti < 0 or lasti + 1 >= len(code):
         return resolved
-    opcode, oparg = code[lasti], code[lasti + 1]
-    dunder = None
-    if opcode == _BINARY_OP and oparg < len(_NB_DUNDERS):
-        dunder = _NB_DUNDERS[oparg]
-    elif opcode == _COMPARE_OP:
-        idx = oparg >> _CMP_SHIFT
-        if idx < len(dis.cmp_op):
-            dunder = _CMP_DUNDERS.get(dis.cmp_op[idx])
-    elif opcode in _UNARY:
-        dunder = _UNARY[opcode]
-    if dunder is not None and _OPERATOR_METHODS.get(dunder) == resolved[1]:
+    dunder = OPERATOR_AT.get(code[lasti] << 8 | code[lasti + 1])
+    if dunder is not None and OPERATOR_METHODS.get(dunder) == resolved[1]:
         return "Tensor", dunder
     return resolved
 

@@ -1,0 +1,868 @@
+/* The L1 mode's handler for a recorded API call, in C: ApiMode.__torch_function__ past the compile check.
+ *
+ * Why: every torch call under the mode runs this, and in Python its glue (the name cache, the caller's operator,
+ * the counters and the call's name, the parent, the lock, the inputs that need gradients, the calls into the
+ * row builder) cost several microseconds a call beside the rows themselves. Here the common case runs in C over
+ * the CPython API; Python is reached for what must run there: the stack table, the row builder's own
+ * fallbacks, the API backward's hooks, a custom Function's forward, and everything rare, which goes to
+ * ApiMode._recorded, the Python handler's own continuation (a reentrant checkpoint's replay, collectives, the
+ * L0/L2 randomness-only mode, host-side random draws). The Python handler stays as the fallback and gives the
+ * same rows, names, counters, parents and stacks (tests/test_api_handler.py holds them equal).
+ *
+ * The mode's __torch_function__ is still a Python function: dynamo inlines it while compiling (a C handler
+ * would break the graph at every op), so it steps aside there and calls Handler.handle otherwise.
+ * setup.py builds this for CPython 3.11+ (the frame API it reads: PyFrame_GetLasti, PyCode_GetCode).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#define API_HANDLER_ABI 1
+
+/* The context's fields, in order, written once: the enum and the CONTEXT_FIELDS tuple the module exports (the
+   Python side builds it by these names, api_mode.handler_context, and checks them at import: c_contract.py). */
+#define CONTEXT(X) X(C_MODE, "mode") X(C_RECORDER, "recorder") X(C_LOCK_ACQUIRE, "lock_acquire") \
+    X(C_LOCK_RELEASE, "lock_release") X(C_COLLECTIVES, "collectives") X(C_NOTE_ERROR, "note_error") \
+    X(C_RESOLVE, "resolve") X(C_OPERATORS, "operators") X(C_OPERATOR_METHODS, "operator_methods") \
+    X(C_SLOW, "slow") X(C_DRAWING, "drawing") X(C_SAME_ELEMENTS, "same_elements") X(C_CALL_TYPE, "call_type") \
+    X(C_GRAPH_TASK_ID, "graph_task_id") X(C_STACK_ID, "stack_id") X(C_SELECTED, "selected") \
+    X(C_IS_CUSTOM_FORWARD, "is_custom_forward") X(C_FORWARD_FRAME, "forward_frame") X(C_GRAD_ENABLED, "grad_enabled") \
+    X(C_SEQUENCE_NR, "sequence_nr") X(C_TENSOR, "tensor") X(C_POSITIONS, "positions") X(C_GRAD_INPUTS, "grad_inputs") \
+    X(C_CHECKPOINT_NODE, "checkpoint_node") X(C_REPLAY, "replay_in_backward") X(C_CUSTOM_NODE, "custom_node") \
+    X(C_CONSUMED, "consumed") X(C_ADD_ROWS, "add_rows") X(C_IO_INPUT, "io_input") X(C_IO_OUTPUT, "io_output") \
+    X(C_SHARE_SUMMARY, "share_summary") X(C_MARK_WRITTEN, "mark_written") X(C_ATTACH, "attach_api_backward")
+#define AS_ENUM(id, name) id,
+#define AS_NAME(id, name) name,
+enum { CONTEXT(AS_ENUM) C_SIZE };
+static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
+
+static PyObject *s_active, *s_busy, *s_replaying, *s_record, *s_randomness, *s_pending, *s_poll, *s_api_counters;
+static PyObject *s_module_stack, *s_call, *s_select_all, *s_call_index, *s_construct, *s_all_data, *s_build_rows;
+static PyObject *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_requires_grad, *s_grad_fn, *s_output_nr;
+static PyObject *s_version, *s_forward, *s_recompute, *s_empty, *s_input_suffix, *s_output_suffix, *s_tensor_family;
+static PyObject *s_distributed, *s_input, *s_output, *s_is_kwarg, *s_set_producer, *k_zero, *k_one, *k_minus_one;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctx;   /* tuple of C_SIZE objects, in CONTEXT order */
+    PyObject *names; /* func -> (family, op) or None: what ctx's resolve gave, so it runs once per function */
+} Handler;
+
+#define CTX(h, i) PyTuple_GET_ITEM((h)->ctx, (i))
+#define MAX_NAMES 4096 /* the name cache is emptied past this many functions (resolve_api's own bound) */
+
+/* The truth of v (a new reference, released here): 1, 0, or -1 when v is NULL or has no truth value. */
+static int truth(PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *call_func(PyObject *func, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs == NULL || kwargs == Py_None || (PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0))
+        return PyObject_Call(func, args, NULL);
+    return PyObject_Call(func, args, kwargs);
+}
+
+static PyObject *call1(PyObject *f, PyObject *a) { return PyObject_CallOneArg(f, a); }
+
+static PyObject *call2(PyObject *f, PyObject *a, PyObject *b)
+{
+    PyObject *argv[] = {a, b};
+    return PyObject_Vectorcall(f, argv, 2, NULL);
+}
+
+/* rec.<name> += delta */
+static int add_to(PyObject *obj, PyObject *name, long delta)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    long n = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *w = PyLong_FromLong(n + delta);
+    if (w == NULL)
+        return -1;
+    int r = PyObject_SetAttr(obj, name, w);
+    Py_DECREF(w);
+    return r;
+}
+
+/* The lock and busy count around the kit's own work, as Recorder.working() (the mode is off in a handler). */
+static int enter(Handler *h)
+{
+    PyObject *r = PyObject_CallNoArgs(CTX(h, C_LOCK_ACQUIRE));
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (add_to(CTX(h, C_RECORDER), s_busy, 1) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        r = PyObject_CallNoArgs(CTX(h, C_LOCK_RELEASE));
+        Py_XDECREF(r);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    return 0;
+}
+
+/* The other half; an exception already raised (the kit's own, to note or to propagate) wins over its own. */
+static int leave(Handler *h)
+{
+    PyObject *et, *ev, *tb, *ot = NULL, *ov = NULL, *ob = NULL;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (add_to(CTX(h, C_RECORDER), s_busy, -1) < 0)
+        PyErr_Fetch(&ot, &ov, &ob);
+    PyObject *r = PyObject_CallNoArgs(CTX(h, C_LOCK_RELEASE));
+    if (r == NULL) {
+        if (ot == NULL)
+            PyErr_Fetch(&ot, &ov, &ob);
+        else
+            PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    if (et != NULL) {
+        Py_XDECREF(ot);
+        Py_XDECREF(ov);
+        Py_XDECREF(ob);
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    if (ot != NULL) {
+        PyErr_Restore(ot, ov, ob);
+        return -1;
+    }
+    return 0;
+}
+
+/* `except Exception as exc: rec.note_error(where, exc)`: 0 when noted (the error is cleared), -1 when the
+   exception is not an Exception (KeyboardInterrupt...) or noting it failed (it stays raised). */
+static int note(Handler *h, const char *what, PyObject *family, PyObject *op)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb != NULL && ev != NULL)
+        PyException_SetTraceback(ev, tb);
+    PyObject *where = family != NULL ? PyUnicode_FromFormat("%s of %U.%U", what, family, op)
+                                     : PyUnicode_FromString(what);
+    PyObject *r = where != NULL ? call2(CTX(h, C_NOTE_ERROR), where, ev != NULL ? ev : Py_None) : NULL;
+    Py_XDECREF(where);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* (family, op) of func, or None when it is not recorded: a new reference, NULL on error. A naming failure is
+   noted and reads as None, as in the Python handler. */
+static PyObject *resolve(Handler *h, PyObject *func)
+{
+    PyObject *hit = PyDict_GetItemWithError(h->names, func);
+    if (hit != NULL)
+        return Py_NewRef(hit);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *r = call1(CTX(h, C_RESOLVE), func);
+    if (r == NULL)
+        return note(h, "naming", NULL, NULL) < 0 ? NULL : Py_NewRef(Py_None);
+    if (r != Py_None && !(PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(r, 0))
+                          && PyUnicode_Check(PyTuple_GET_ITEM(r, 1)))) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "resolve_api must give a (family, op) tuple of strings or None");
+        return note(h, "naming", NULL, NULL) < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (PyDict_GET_SIZE(h->names) >= MAX_NAMES)
+        PyDict_Clear(h->names);
+    if (PyDict_SetItem(h->names, func, r) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* naming.tensor_operator: the dunder the caller's instruction used (x + y: Tensor.__add__), from the same
+   table (naming.OPERATOR_AT, keyed by opcode << 8 | oparg). A new reference. */
+static PyObject *tensor_operator(Handler *h, PyObject *resolved, PyFrameObject *frame)
+{
+    if (frame == NULL)
+        return Py_NewRef(resolved);
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    PyObject *bytes = PyCode_GetCode(code);
+    Py_DECREF(code);
+    if (bytes == NULL)
+        return NULL;
+    int lasti = PyFrame_GetLasti(frame);
+    PyObject *out = NULL;
+    if (lasti < 0 || lasti + 1 >= PyBytes_GET_SIZE(bytes)) {
+        out = Py_NewRef(resolved);
+        goto done;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    PyObject *key = PyLong_FromLong(((long)b[lasti] << 8) | b[lasti + 1]);
+    if (key == NULL)
+        goto done;
+    PyObject *dunder = PyDict_GetItemWithError(CTX(h, C_OPERATORS), key);
+    Py_DECREF(key);
+    if (dunder == NULL) {
+        if (!PyErr_Occurred())
+            out = Py_NewRef(resolved);
+        goto done;
+    }
+    PyObject *method = PyDict_GetItemWithError(CTX(h, C_OPERATOR_METHODS), dunder);
+    if (method == NULL && PyErr_Occurred())
+        goto done;
+    int same = method != NULL ? PyObject_RichCompareBool(method, PyTuple_GET_ITEM(resolved, 1), Py_EQ) : 0;
+    if (same < 0)
+        goto done;
+    out = same ? PyTuple_Pack(2, s_tensor_family, dunder) : Py_NewRef(resolved);
+done:
+    Py_DECREF(bytes);
+    return out;
+}
+
+/* Recorder.open_api: the call's counter, name, parent, direction, selection, stack and index. A new Call and
+   its dump flag; NULL on error. */
+static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, int *dump)
+{
+    PyObject *rec = CTX(h, C_RECORDER), *family = PyTuple_GET_ITEM(resolved, 0), *op = PyTuple_GET_ITEM(resolved, 1);
+    PyObject *counters = NULL, *name = NULL, *stack = NULL, *parent = NULL, *direction = NULL, *sid = NULL;
+    PyObject *idx = NULL, *c = NULL, *counter = NULL;
+    counters = PyObject_GetAttr(rec, s_api_counters);
+    if (counters == NULL || !PyDict_Check(counters)) {
+        if (counters != NULL)
+            PyErr_SetString(PyExc_TypeError, "Recorder.api_counters must be a dict");
+        goto done;
+    }
+    PyObject *had = PyDict_GetItemWithError(counters, resolved);
+    if (had == NULL && PyErr_Occurred())
+        goto done;
+    counter = Py_NewRef(had != NULL ? had : k_zero);
+    PyObject *next = PyNumber_Add(counter, k_one);
+    if (next == NULL || PyDict_SetItem(counters, resolved, next) < 0) {
+        Py_XDECREF(next);
+        goto done;
+    }
+    Py_DECREF(next);
+    name = PyUnicode_FromFormat("%U.%U.%S.forward", family, op, counter);
+    stack = PyObject_GetAttr(rec, s_module_stack);
+    if (name == NULL || stack == NULL)
+        goto done;
+    Py_ssize_t depth = PyObject_Length(stack);
+    if (depth < 0)
+        goto done;
+    if (depth) {
+        PyObject *top = PySequence_GetItem(stack, depth - 1);
+        PyObject *call = top != NULL ? PySequence_GetItem(top, 1) : NULL;
+        Py_XDECREF(top);
+        parent = call != NULL ? PyObject_GetAttr(call, s_call) : NULL;
+        Py_XDECREF(call);
+    } else {
+        parent = Py_NewRef(s_empty);
+    }
+    if (parent == NULL)
+        goto done;
+    PyObject *task = PyObject_CallNoArgs(CTX(h, C_GRAPH_TASK_ID));
+    if (task == NULL)
+        goto done;
+    int inside = PyObject_RichCompareBool(task, k_minus_one, Py_NE);
+    Py_DECREF(task);
+    if (inside < 0)
+        goto done;
+    direction = Py_NewRef(inside ? s_recompute : s_forward);
+    int all = truth(PyObject_GetAttr(rec, s_select_all));
+    if (all < 0)
+        goto done;
+    if (!all) {
+        PyObject *argv[] = {name, family, op};
+        all = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), argv, 3, NULL));
+        if (all < 0)
+            goto done;
+    }
+    *dump = all;
+    if (all) {
+        sid = call1(CTX(h, C_STACK_ID), frame != NULL ? (PyObject *)frame : Py_None);
+        idx = sid != NULL ? PyObject_GetAttr(rec, s_call_index) : NULL;
+        PyObject *after = idx != NULL ? PyNumber_Add(idx, k_one) : NULL;
+        int failed = after == NULL || PyObject_SetAttr(rec, s_call_index, after) < 0;
+        Py_XDECREF(after);
+        if (failed)
+            goto done;
+        if (depth) {
+            PyObject *construct = PyObject_GetAttr(rec, s_construct);
+            int orphan = !PyUnicode_Check(parent) || PyUnicode_GET_LENGTH(parent) == 0; /* `parent or None` */
+            failed = construct == NULL || PyObject_SetItem(construct, name, orphan ? Py_None : parent) < 0;
+            Py_XDECREF(construct);
+            if (failed)
+                goto done;
+        }
+    } else {
+        sid = Py_NewRef(k_minus_one);
+        idx = Py_NewRef(k_minus_one);
+    }
+    PyObject *argv[] = {name, family, op, counter, direction, s_empty, parent, sid, idx, s_empty, s_empty,
+                        all ? Py_True : Py_False};
+    c = PyObject_Vectorcall(CTX(h, C_CALL_TYPE), argv, 12, NULL);
+done:
+    Py_XDECREF(counters);
+    Py_XDECREF(counter);
+    Py_XDECREF(name);
+    Py_XDECREF(stack);
+    Py_XDECREF(parent);
+    Py_XDECREF(direction);
+    Py_XDECREF(sid);
+    Py_XDECREF(idx);
+    return c;
+}
+
+/* Recorder.add_rows(c, "forward", io, value, is_kwarg=..., set_producer=...) for a call that dumps: through the
+   C row builder where the recorder uses it and no data_mode filter applies, else through add_rows itself. */
+static int add_rows(Handler *h, PyObject *c, PyObject *name, int output, PyObject *value, int is_kwarg)
+{
+    PyObject *rec = CTX(h, C_RECORDER);
+    int all = truth(PyObject_GetAttr(rec, s_all_data));
+    if (all < 0)
+        return -1;
+    PyObject *build = PyObject_GetAttr(rec, s_build_rows);
+    if (build == NULL)
+        return -1;
+    if (!all || build == Py_None) {
+        Py_DECREF(build);
+        PyObject *argv[] = {c, s_forward, output ? s_output : s_input, value, is_kwarg ? Py_True : Py_False,
+                            output ? Py_True : Py_False};
+        PyObject *kwnames = PyTuple_Pack(2, s_is_kwarg, s_set_producer);
+        PyObject *r = kwnames != NULL ? PyObject_Vectorcall(CTX(h, C_ADD_ROWS), argv, 4, kwnames) : NULL;
+        Py_XDECREF(kwnames);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    int failed = -1;
+    PyObject *calls = PyObject_GetAttr(rec, s_calls), *slot = PyObject_GetAttr(c, s_slot);
+    PyObject *rows = PyObject_GetAttr(rec, s_rows), *seen = PyObject_GetAttr(rec, s_seen);
+    PyObject *ctx = PyObject_GetAttr(rec, s_row_ctx), *base = NULL, *k = NULL;
+    if (calls == NULL || slot == NULL || rows == NULL || seen == NULL || ctx == NULL)
+        goto done;
+    if (!PyList_Check(calls) || !PyList_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder.calls and Recorder.rows must be lists");
+        goto done;
+    }
+    Py_ssize_t ks = PyLong_AsSsize_t(slot), ncalls = PyList_GET_SIZE(calls);
+    if (ks == -1 && PyErr_Occurred())
+        goto done;
+    int fresh = ks < 0 || ks >= ncalls || PyList_GET_ITEM(calls, ks) != c; /* the call's first rows this step */
+    if (fresh)
+        ks = ncalls;
+    k = PyLong_FromSsize_t(ks);
+    base = PyUnicode_Concat(name, output ? s_output_suffix : s_input_suffix);
+    if (k == NULL || base == NULL)
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    PyObject *argv[] = {rows, value, s_empty, k, base, CTX(h, output ? C_IO_OUTPUT : C_IO_INPUT),
+                        is_kwarg ? Py_True : Py_False, output ? Py_True : Py_False, name, seen, ctx};
+    PyObject *r = PyObject_Vectorcall(build, argv, 11, NULL);
+    failed = r == NULL ? -1 : 0;
+    Py_XDECREF(r);
+    if (fresh && PyList_GET_SIZE(rows) > n) { /* rows were added (even if a later leaf failed): they point at k */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (PyObject_SetAttr(c, s_slot, k) < 0 || PyList_Append(calls, c) < 0)
+            failed = -1;
+        if (et != NULL) {
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+    }
+done:
+    Py_DECREF(build);
+    Py_XDECREF(calls);
+    Py_XDECREF(slot);
+    Py_XDECREF(rows);
+    Py_XDECREF(seen);
+    Py_XDECREF(ctx);
+    Py_XDECREF(base);
+    Py_XDECREF(k);
+    return failed;
+}
+
+/* api_backward.grad_inputs: (path, key) of the tensor inputs that require grad, or None. Flat positional
+   arguments are read here; keywords, nested or long argument lists go to the Python function (leaves()). */
+static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
+{
+    PyObject *positions = CTX(h, C_POSITIONS), *tensor = CTX(h, C_TENSOR);
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    int flat = n <= PyTuple_GET_SIZE(positions) && (kwargs == NULL || kwargs == Py_None
+                                                     || (PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0));
+    for (Py_ssize_t i = 0; flat && i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        flat = !(PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a));
+    }
+    if (!flat)
+        return call2(CTX(h, C_GRAD_INPUTS), args, kwargs != NULL ? kwargs : Py_None);
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(args, i);
+        int is = PyObject_IsInstance(t, tensor);
+        if (is < 0)
+            goto fail;
+        if (!is)
+            continue;
+        int req = truth(PyObject_GetAttr(t, s_requires_grad));
+        if (req < 0)
+            goto fail;
+        if (!req)
+            continue;
+        PyObject *fn = PyObject_GetAttr(t, s_grad_fn), *key;
+        if (fn == NULL)
+            goto fail;
+        if (fn != Py_None) {
+            PyObject *nr = PyObject_GetAttr(t, s_output_nr), *id = PyLong_FromVoidPtr(fn);
+            key = nr != NULL && id != NULL ? PyTuple_Pack(4, id, nr, fn, t) : NULL;
+            Py_XDECREF(nr);
+            Py_XDECREF(id);
+        } else {
+            PyObject *id = PyLong_FromVoidPtr(t);
+            key = id != NULL ? PyTuple_Pack(4, id, k_minus_one, Py_None, t) : NULL;
+            Py_XDECREF(id);
+        }
+        Py_DECREF(fn);
+        PyObject *pair = key != NULL ? PyTuple_Pack(2, PyTuple_GET_ITEM(positions, i), key) : NULL;
+        Py_XDECREF(key);
+        if (pair == NULL)
+            goto fail;
+        if (out == NULL && (out = PyList_New(0)) == NULL) {
+            Py_DECREF(pair);
+            goto fail;
+        }
+        int failed = PyList_Append(out, pair);
+        Py_DECREF(pair);
+        if (failed < 0)
+            goto fail;
+    }
+    return out != NULL ? out : Py_NewRef(Py_None);
+fail:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* What a reentrant checkpoint's node or a custom Function's output among the inputs needs before the input
+   rows (ApiMode's loop over grad_inputs). */
+static int before_inputs(Handler *h, PyObject *inputs)
+{
+    Py_ssize_t n = PyList_GET_SIZE(inputs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PySequence_GetItem(PyList_GET_ITEM(inputs, i), 1);
+        if (key == NULL)
+            return -1;
+        PyObject *node = PyTuple_Check(key) && PyTuple_GET_SIZE(key) == 4 ? PyTuple_GET_ITEM(key, 2) : NULL;
+        PyObject *r = Py_NewRef(Py_None);
+        if (node == NULL) {
+            PyErr_SetString(PyExc_TypeError, "grad_inputs must give (path, (id, nr, node, tensor)) pairs");
+            Py_CLEAR(r);
+        } else if ((PyObject *)Py_TYPE(node) == CTX(h, C_CHECKPOINT_NODE)) {
+            Py_DECREF(r);
+            r = call1(CTX(h, C_REPLAY), node);
+        } else {
+            int custom = PyObject_IsInstance(node, CTX(h, C_CUSTOM_NODE));
+            if (custom != 0) {
+                Py_DECREF(r);
+                r = custom > 0 ? call2(CTX(h, C_CONSUMED), node, PyTuple_GET_ITEM(key, 3)) : NULL;
+            }
+        }
+        Py_DECREF(key);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* A call's outputs have no node of the call's (CallGraph.of gives None, attach_api_backward does nothing) when
+   the output is one tensor without grad_fn, or no tensor: read here, so those calls skip the Python call. */
+static int may_have_backward(Handler *h, PyObject *out)
+{
+    if (PyTuple_Check(out) || PyList_Check(out) || PyDict_Check(out))
+        return 1;
+    int is = PyObject_IsInstance(out, CTX(h, C_TENSOR));
+    if (is <= 0)
+        return is;
+    PyObject *fn = PyObject_GetAttr(out, s_grad_fn);
+    if (fn == NULL)
+        return -1;
+    Py_DECREF(fn);
+    return fn != Py_None;
+}
+
+/* Everything from the input rows to the output rows of a call that is recorded the common way. */
+static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameObject *frame, PyObject *args,
+                        PyObject *kwargs)
+{
+    PyObject *family = PyTuple_GET_ITEM(resolved, 0), *op = PyTuple_GET_ITEM(resolved, 1);
+    PyObject *c = NULL, *name = NULL, *inputs = NULL, *first = NULL, *version = NULL, *seq0 = NULL, *out = NULL;
+    int dump = 0, grads = 0;
+    if (enter(h) < 0)
+        return NULL;
+    /* an async collective may have completed: read it before it changes */
+    PyObject *coll = CTX(h, C_COLLECTIVES);
+    int pending = truth(PyObject_GetAttr(coll, s_pending));
+    if (pending > 0) {
+        PyObject *r = PyObject_CallMethodNoArgs(coll, s_poll);
+        pending = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    if (pending < 0)
+        goto inputs_failed;
+    if (frame != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(frame);
+        int fwd = PyUnicode_Compare(code->co_name, s_forward) == 0;
+        Py_DECREF(code);
+        if (fwd) {
+            int custom = truth(call1(CTX(h, C_IS_CUSTOM_FORWARD), (PyObject *)frame));
+            PyObject *r = custom > 0 ? call1(CTX(h, C_FORWARD_FRAME), (PyObject *)frame) : NULL;
+            if (custom < 0 || (custom > 0 && r == NULL))
+                goto inputs_failed;
+            Py_XDECREF(r);
+        }
+    }
+    c = open_api(h, resolved, frame, &dump);
+    if (c == NULL || (name = PyObject_GetAttr(c, s_call)) == NULL)
+        goto inputs_failed;
+    if (dump) {
+        grads = truth(PyObject_CallNoArgs(CTX(h, C_GRAD_ENABLED)));
+        if (grads < 0)
+            goto inputs_failed;
+    }
+    if (grads) {
+        inputs = grad_inputs(h, args, kwargs);
+        if (inputs == NULL)
+            goto inputs_failed;
+        if (inputs != Py_None && (!PyList_Check(inputs) || before_inputs(h, inputs) < 0)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "grad_inputs must give a list or None");
+            goto inputs_failed;
+        }
+        if (inputs != Py_None && PyList_GET_SIZE(inputs) == 0)
+            Py_SETREF(inputs, Py_NewRef(Py_None));
+    }
+    if (dump) {
+        if (add_rows(h, c, name, 0, args, 0) < 0)
+            goto inputs_failed;
+        if (kwargs != NULL && kwargs != Py_None) {
+            int any = PyObject_IsTrue(kwargs);
+            if (any < 0 || (any && add_rows(h, c, name, 0, kwargs, 1) < 0))
+                goto inputs_failed;
+        }
+    }
+    if (grads && (seq0 = PyObject_CallNoArgs(CTX(h, C_SEQUENCE_NR))) == NULL)
+        goto inputs_failed;
+    if (PyTuple_GET_SIZE(args)) {
+        int is = PyObject_IsInstance(PyTuple_GET_ITEM(args, 0), CTX(h, C_TENSOR));
+        if (is < 0)
+            goto inputs_failed;
+        if (is) {
+            first = Py_NewRef(PyTuple_GET_ITEM(args, 0));
+            if ((version = PyObject_GetAttr(first, s_version)) == NULL)
+                goto inputs_failed;
+        }
+    }
+    if (leave(h) < 0)
+        goto fail;
+    goto run;
+inputs_failed:
+    Py_CLEAR(c);
+    {
+        int noted = note(h, "inputs", family, op);
+        if (leave(h) < 0 || noted < 0)
+            goto fail;
+    }
+run:
+    if (c == NULL) {
+        out = call_func(func, args, kwargs);
+        goto fail; /* not a failure: releases what was taken and returns out */
+    }
+    out = call_func(func, args, kwargs);
+    if (out == NULL)
+        goto fail;
+    if (enter(h) < 0)
+        goto error;
+    int same = PySet_Contains(CTX(h, C_SAME_ELEMENTS), resolved);
+    if (same < 0)
+        goto outputs_failed;
+    if (same && PyTuple_GET_SIZE(args)) {
+        int a = PyObject_IsInstance(out, CTX(h, C_TENSOR));
+        int b = a > 0 ? PyObject_IsInstance(PyTuple_GET_ITEM(args, 0), CTX(h, C_TENSOR)) : a;
+        if (b < 0)
+            goto outputs_failed;
+        if (b) {
+            PyObject *r = call2(CTX(h, C_SHARE_SUMMARY), out, PyTuple_GET_ITEM(args, 0));
+            if (r == NULL)
+                goto outputs_failed;
+            Py_DECREF(r);
+        }
+    }
+    if (dump) {
+        PyObject *value = PyTuple_Check(out) || PyList_Check(out) || PyDict_Check(out) ? Py_NewRef(out)
+                                                                                      : PyTuple_Pack(1, out);
+        int failed = value == NULL || add_rows(h, c, name, 1, value, 0) < 0;
+        Py_XDECREF(value);
+        if (failed)
+            goto outputs_failed;
+    }
+    if (first != NULL && out != first) {
+        PyObject *now = PyObject_GetAttr(first, s_version);
+        int changed = now != NULL ? PyObject_RichCompareBool(now, version, Py_NE) : -1;
+        Py_XDECREF(now);
+        PyObject *r = changed > 0 ? call2(CTX(h, C_MARK_WRITTEN), first, name) : NULL;
+        if (changed < 0 || (changed > 0 && r == NULL))
+            goto outputs_failed;
+        Py_XDECREF(r);
+    }
+    if (grads) {
+        int may = may_have_backward(h, out);
+        if (may < 0)
+            goto outputs_failed;
+        if (may) {
+            PyObject *argv[] = {c, out, inputs, seq0};
+            PyObject *r = PyObject_Vectorcall(CTX(h, C_ATTACH), argv, 4, NULL);
+            if (r == NULL)
+                goto outputs_failed;
+            Py_DECREF(r);
+        }
+    }
+    if (leave(h) < 0)
+        goto error;
+    goto fail;
+outputs_failed:
+    {
+        int noted = note(h, "outputs", family, op);
+        if (leave(h) < 0 || noted < 0)
+            goto error;
+    }
+    goto fail;
+error:
+    Py_CLEAR(out);
+fail:
+    Py_XDECREF(c);
+    Py_XDECREF(name);
+    Py_XDECREF(inputs);
+    Py_XDECREF(first);
+    Py_XDECREF(version);
+    Py_XDECREF(seq0);
+    return out;
+}
+
+/* Handler.handle(func, args, kwargs): ApiMode.__torch_function__ once it is not compiling. */
+static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "handle(func, args, kwargs)");
+        return NULL;
+    }
+    PyObject *func = argv[0], *args = argv[1], *kwargs = argv[2];
+    if (!PyTuple_Check(args) || !(kwargs == Py_None || PyDict_Check(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "handle: args must be a tuple and kwargs a dict or None");
+        return NULL;
+    }
+    PyObject *rec = CTX(h, C_RECORDER), *mode = CTX(h, C_MODE);
+    int on = truth(PyObject_GetAttr(rec, s_active));
+    if (on < 0)
+        return NULL;
+    if (on) {
+        int busy = truth(PyObject_GetAttr(rec, s_busy));
+        if (busy < 0)
+            return NULL;
+        on = !busy;
+    }
+    if (!on)
+        return call_func(func, args, kwargs);
+    PyObject *resolved = resolve(h, func);
+    if (resolved == NULL)
+        return NULL;
+    if (resolved == Py_None) {
+        Py_DECREF(resolved);
+        return call_func(func, args, kwargs);
+    }
+    PyFrameObject *here = PyEval_GetFrame(); /* the mode's __torch_function__; its caller made the call */
+    PyFrameObject *frame = here != NULL ? PyFrame_GetBack(here) : NULL;
+    PyObject *out = NULL, *named = NULL;
+    int slow = truth(PyObject_GetAttr(mode, s_replaying));
+    if (slow == 0) {
+        int record = truth(PyObject_GetAttr(mode, s_record));
+        slow = record < 0 ? -1 : !record;
+    }
+    if (slow == 0)
+        slow = PyUnicode_Compare(PyTuple_GET_ITEM(resolved, 0), s_distributed) == 0;
+    if (slow == 0) {
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(resolved, 0), s_tensor_family) == 0) {
+            named = tensor_operator(h, resolved, frame);
+            if (named == NULL) { /* as the Python handler: a naming failure keeps the name it had */
+                if (note(h, "naming", NULL, NULL) < 0)
+                    goto done;
+                named = Py_NewRef(resolved);
+            }
+        } else {
+            named = Py_NewRef(resolved);
+        }
+        PyObject *policy = PyObject_GetAttr(mode, s_randomness);
+        if (policy == NULL)
+            goto done;
+        if (policy != Py_None)
+            slow = PySet_Contains(CTX(h, C_DRAWING), named);
+        Py_DECREF(policy);
+    }
+    if (slow < 0)
+        goto done;
+    if (slow) {
+        PyObject *a[] = {func, resolved, frame != NULL ? (PyObject *)frame : Py_None, args, kwargs};
+        out = PyObject_Vectorcall(CTX(h, C_SLOW), a, 5, NULL);
+    } else {
+        out = record(h, func, named, frame, args, kwargs);
+    }
+done:
+    Py_XDECREF(named);
+    Py_XDECREF(frame);
+    Py_DECREF(resolved);
+    return out;
+}
+
+static PyObject *Handler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *ctx;
+    if (kw != NULL && PyDict_GET_SIZE(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Handler(ctx) takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!:Handler", &PyTuple_Type, &ctx))
+        return NULL;
+    if (PyTuple_GET_SIZE(ctx) != C_SIZE) {
+        PyErr_Format(PyExc_ValueError, "Handler: the context has %zd fields, expected %d", PyTuple_GET_SIZE(ctx),
+                     C_SIZE);
+        return NULL;
+    }
+    if (!PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATORS)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATOR_METHODS))
+        || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_DRAWING)) || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_SAME_ELEMENTS))
+        || !PyTuple_Check(PyTuple_GET_ITEM(ctx, C_POSITIONS))) {
+        PyErr_SetString(PyExc_TypeError, "Handler: operators and operator_methods must be dicts, drawing and "
+                                         "same_elements sets, positions a tuple");
+        return NULL;
+    }
+    Handler *h = (Handler *)type->tp_alloc(type, 0);
+    if (h == NULL)
+        return NULL;
+    h->ctx = Py_NewRef(ctx);
+    h->names = PyDict_New();
+    if (h->names == NULL) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return (PyObject *)h;
+}
+
+static int Handler_traverse(Handler *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->ctx);
+    Py_VISIT(h->names);
+    return 0;
+}
+
+static int Handler_clear(Handler *h)
+{
+    Py_CLEAR(h->ctx);
+    Py_CLEAR(h->names);
+    return 0;
+}
+
+static void Handler_dealloc(Handler *h)
+{
+    PyObject_GC_UnTrack(h);
+    Handler_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *Handler_handle_checked(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
+{
+    if (h->ctx == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+        return NULL;
+    }
+    return Handler_handle(h, argv, nargs);
+}
+
+static PyMethodDef Handler_methods[] = {
+    {"handle", (PyCFunction)(void (*)(void))Handler_handle_checked, METH_FASTCALL,
+     "handle(func, args, kwargs): the recorded call's result, recorded as ApiMode.__torch_function__ does."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject HandlerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe_nb.capture._api_handler.Handler",
+    .tp_basicsize = sizeof(Handler),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Handler(ctx): the L1 mode's handler of one recorder (ctx: CONTEXT_FIELDS, in order).",
+    .tp_new = Handler_new,
+    .tp_traverse = (traverseproc)Handler_traverse,
+    .tp_clear = (inquiry)Handler_clear,
+    .tp_dealloc = (destructor)Handler_dealloc,
+    .tp_methods = Handler_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_handler",
+                                    "The L1 mode's handler of a recorded API call, in C.", -1, NULL};
+
+#define INTERN(var, text) ((var) = PyUnicode_InternFromString(text)) == NULL
+
+PyMODINIT_FUNC PyInit__api_handler(void)
+{
+    if (INTERN(s_active, "active") || INTERN(s_busy, "busy") || INTERN(s_replaying, "replaying")
+        || INTERN(s_record, "record") || INTERN(s_randomness, "randomness") || INTERN(s_pending, "pending")
+        || INTERN(s_poll, "poll") || INTERN(s_api_counters, "api_counters") || INTERN(s_module_stack, "module_stack")
+        || INTERN(s_call, "call") || INTERN(s_select_all, "_select_all") || INTERN(s_call_index, "call_index")
+        || INTERN(s_construct, "construct") || INTERN(s_all_data, "_all_data") || INTERN(s_build_rows, "build_rows")
+        || INTERN(s_row_ctx, "_row_ctx") || INTERN(s_calls, "calls") || INTERN(s_rows, "rows")
+        || INTERN(s_seen, "_seen") || INTERN(s_slot, "slot") || INTERN(s_requires_grad, "requires_grad")
+        || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr") || INTERN(s_version, "_version")
+        || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute") || INTERN(s_empty, "")
+        || INTERN(s_input_suffix, ".input") || INTERN(s_output_suffix, ".output")
+        || INTERN(s_tensor_family, "Tensor") || INTERN(s_distributed, "Distributed") || INTERN(s_input, "input")
+        || INTERN(s_output, "output") || INTERN(s_is_kwarg, "is_kwarg") || INTERN(s_set_producer, "set_producer"))
+        return NULL;
+    if ((k_zero = PyLong_FromLong(0)) == NULL || (k_one = PyLong_FromLong(1)) == NULL
+        || (k_minus_one = PyLong_FromLong(-1)) == NULL)
+        return NULL;
+    if (PyType_Ready(&HandlerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *fields = PyTuple_New(C_SIZE);
+    for (Py_ssize_t i = 0; fields != NULL && i < C_SIZE; i++) {
+        PyObject *n = PyUnicode_FromString(CONTEXT_NAMES[i]);
+        if (n == NULL) {
+            Py_CLEAR(fields);
+            break;
+        }
+        PyTuple_SET_ITEM(fields, i, n);
+    }
+    if (fields == NULL || PyModule_AddIntConstant(m, "ABI", API_HANDLER_ABI) < 0
+        || PyModule_AddObjectRef(m, "CONTEXT_FIELDS", fields) < 0
+        || PyModule_AddObjectRef(m, "Handler", (PyObject *)&HandlerType) < 0) {
+        Py_XDECREF(fields);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(fields);
+    return m;
+}

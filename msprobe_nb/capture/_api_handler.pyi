@@ -1,0 +1,13 @@
+"""Types of the optional C extension ``_api_handler`` (capture/_api_handler.c); its layout is checked at import
+by capture/c_contract.py."""
+from typing import Any
+
+ABI: int
+CONTEXT_FIELDS: tuple[str, ...]
+
+class Handler:
+    """The L1 mode's handler of one recorder; ``ctx`` holds ``CONTEXT_FIELDS``, in order."""
+
+    def __init__(self, ctx: tuple[Any, ...]) -> None: ...
+    def handle(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+        """The call's result, recorded as ``ApiMode.__torch_function__`` records it."""

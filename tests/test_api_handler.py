@@ -1,0 +1,320 @@
+"""The L1 mode's C handler (capture/_api_handler.c) records exactly what the Python handler records.
+
+Each workload is recorded twice from the same seed, once per handler, and everything the dump holds is
+compared: every column of the calls table (names, counters, parents, stack ids, rows, statistics, backward
+rows), the stacks' text and the module tree. The workloads cover what the handler decides on: operators
+read from the caller's instruction, keywords and nested arguments, in-place writes, views sharing their
+input's statistics, calls without gradients, custom Functions, reentrant checkpointing (the Python
+continuation), the randomness policy, msprobe's scope, list and data_mode filters, and real models.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+import msprobe_nb
+from msprobe_nb.capture import api_mode, c_contract
+
+pytestmark = pytest.mark.skipif(api_mode._api_handler is None,
+                                reason="msprobe_nb.capture._api_handler is not built (no C compiler, or "
+                                       "not CPython 3.11+)")
+
+
+class _Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.k, None
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        h = self.norm(self.lin(x))
+        h = h.transpose(0, 1).contiguous().transpose(0, 1)  # views: their input's statistics
+        h = -h + x * 2 - (h > 0).float() @ torch.eye(16)  # operators, from the caller's instruction
+        h = torch.cat([h, _Scale.apply(x, 0.5)], dim=-1)  # a nested argument, a custom Function's output
+        h = F.gelu(h, approximate="tanh")  # a keyword
+        with torch.no_grad():
+            mask = torch.ones_like(h).bernoulli_(0.9)  # in place, no gradient, a random draw
+        buf = torch.zeros(h.shape[0], 4)
+        buf[:, 1] = h[:, 0].detach()  # written in place through an API that returns something else
+        return self.drop(h * mask)[:, :16] + buf.sum()
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Block()
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=True)
+
+
+def _own(ckpt: bool = False):
+    def make():
+        model = nn.Sequential(_Checkpointed() if ckpt else _Block(), _Block(), nn.Linear(16, 4))
+        x = torch.randn(8, 16, requires_grad=ckpt)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        return model, step
+    return make
+
+
+def _gpt2():
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (the models extra)")
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
+    model = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+    return model, step
+
+
+def _real(name):
+    pytest.importorskip("transformers", reason="transformers is not installed (the models extra)")
+    if name == "unet":
+        pytest.importorskip("diffusers", reason="diffusers is not installed (the models extra)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from recording.real_models import build
+    finally:
+        sys.path.pop(0)
+
+    def make():
+        work = build(name, threads=0)
+        return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
+    return make
+
+
+def _record(tmp, make, c: bool, steps: int = 2, **options):
+    """The dump of ``steps`` recorded steps of ``make()``, with the C handler or (``c`` False) the Python one;
+    the model's loss-free state after it (its parameters) too, for the non-interference check."""
+    torch.manual_seed(0)
+    model, step = make()
+    saved = api_mode._api_handler
+    if not c:
+        api_mode._api_handler = None  # as where setup.py found no compiler
+    try:
+        options.setdefault("level", "L1")
+        dbg = msprobe_nb.Debugger(dump_path=tmp, **options)
+        for _ in range(steps):
+            dbg.start(model)
+            step()
+            dbg.stop()
+            dbg.step()
+        assert (dbg._api_mode is None or (dbg._api_mode._handle is not None) == c)
+        errors = list(dbg.errors)
+        dbg.close()
+    finally:
+        api_mode._api_handler = saved
+    return msprobe_nb.load(tmp), [p.detach().clone() for p in model.parameters()], errors
+
+
+def _assert_same(tmp_path, make, **options):
+    (c, pc, ec), (py, ppy, epy) = (_record(tmp_path / name, make, name == "c", **options) for name in ("c", "py"))
+    a, b = c.calls, py.calls
+    assert len(a) == len(b) > 10
+    assert list(a.columns) == list(b.columns)
+    # torch.empty's memory is whatever was there (Mixtral's routing makes one, and at L2 so does dropout's
+    # aten.empty_like): its statistics differ by run, with either handler
+    garbage = a.op.str.startswith("empty") | a.producer.str.match(r"(Torch|Aten)\.empty")
+    assert (garbage == (b.op.str.startswith("empty") | b.producer.str.match(r"(Torch|Aten)\.empty"))).all()
+    for col in a.columns:
+        x, y = a[col], b[col]
+        if col in ("max", "min", "mean", "norm", "nan_count", "posinf_count", "neginf_count", "hash"):
+            x, y = x[~garbage], y[~garbage]
+        same = (x == y).fillna(False) | (x.isna() & y.isna())
+        assert same.all(), (col, list(a.loc[same[~same].index, "name"][:3]), list(x[~same][:3]), list(y[~same][:3]))
+    assert c.stack_frames == py.stack_frames and c.tree == py.tree
+    assert all(torch.equal(u, v) for u, v in zip(pc, ppy))  # the model trained the same, bit for bit
+    assert ec == epy
+    return a
+
+
+def test_our_model_records_the_same_with_either_handler(tmp_path):
+    calls = _assert_same(tmp_path, _own())
+    ops = set(calls.op)
+    assert {"__neg__", "__mul__", "__sub__", "__gt__", "__matmul__", "cat", "gelu", "bernoulli_",
+            "__setitem__"} <= ops
+    assert calls.is_kwarg.any() and (calls.direction == "backward").any() and calls.parent.str.len().gt(0).any()
+    assert "_Scale" in ops  # a custom Function, opened from inside its forward
+
+
+@pytest.mark.parametrize("level", ["mix", "L2"])
+def test_the_other_levels_record_the_same_with_either_handler(tmp_path, level):
+    _assert_same(tmp_path, _own(), level=level)
+
+
+def test_a_reentrant_checkpoint_records_the_same_with_either_handler(tmp_path):
+    """Its recompute runs under the mode while it replays: the C handler hands those calls to Python."""
+    calls = _assert_same(tmp_path, _own(ckpt=True))
+    assert (calls.direction == "recompute").any()
+
+
+@pytest.mark.parametrize("options", [
+    {"scope": ["Tensor.__mul__.0.forward", "Functional.gelu.1.forward"]},  # the selection, call by call
+    {"list": ["gelu", "Linear"]},
+    {"data_mode": ["forward", "input"]},  # rows through Recorder.add_rows' own filter
+    {"seed": 7, "dropout_off": True, "host_random": True},  # the randomness policy: draws go to Python
+    {"summary_mode": "md5"},
+    {"stack": False},
+], ids=["scope", "list", "data_mode", "randomness", "md5", "no-stacks"])
+def test_the_options_record_the_same_with_either_handler(tmp_path, options):
+    _assert_same(tmp_path, _own(), **options)
+
+
+def test_gpt2_records_the_same_with_either_handler(tmp_path):
+    _assert_same(tmp_path, _gpt2)
+
+
+def test_the_tensor_task_records_the_same_with_either_handler(tmp_path):
+    _assert_same(tmp_path, _gpt2, task="tensor")
+
+
+@pytest.mark.parametrize("name", ["llama", "bert", "t5", "mixtral", "vit", "resnet", "unet"])
+def test_real_models_record_the_same_with_either_handler(tmp_path, name):
+    """Llama's activation checkpointing, BERT's bfloat16 autocast, T5, Mixtral's routing, ViT, ResNet's
+    BatchNorm, the diffusers UNet: statistics L1, two steps each way."""
+    _assert_same(tmp_path, _real(name))
+
+
+def _recorder_of(tmp, c: bool, monkeypatch):
+    """A Debugger whose recorder exists (one empty start and stop), on the C or the Python handler."""
+    monkeypatch.setattr(api_mode, "_api_handler", api_mode._api_handler if c else None)
+    dbg = msprobe_nb.Debugger(dump_path=tmp)
+    dbg.start()
+    dbg.stop()
+    return dbg, dbg._recorder
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.filterwarnings("ignore:msprobe_nb. no call was recorded")
+def test_a_failure_inside_the_handler_is_noted_and_the_model_runs_on(tmp_path, monkeypatch, c):
+    """A part the handler calls back fails: the call runs unrecorded, the failure is noted with the call's
+    name, and the model's results are bitwise what they are without the kit, on both handlers."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    want = lin(x).detach()
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+
+    def broken(frame):
+        raise ValueError("stack walk broke")
+    rec.stack_id = broken  # the handler binds it when the mode is made, at start
+    with pytest.warns(RuntimeWarning, match="inputs of Functional.linear: ValueError: stack walk broke"):
+        dbg.start(lin)
+        got = lin(x)
+        dbg.stop()
+    assert (dbg._api_mode is None or dbg._api_mode._handle is not None) == c or not c
+    assert torch.equal(got, want)
+    assert any("stack walk broke" in e for e in dbg.errors)
+    assert rec.busy == 0 and rec.lock.acquire(blocking=False)
+    rec.lock.release()
+    dbg.close()
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_an_interrupt_is_not_swallowed(tmp_path, monkeypatch, c):
+    """Only Exceptions are noted and passed over: KeyboardInterrupt reaches the user, and the recorder is left
+    unlocked and idle."""
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+    rec._select_all, rec.selected = False, interrupted
+    dbg.start()
+    with pytest.raises(KeyboardInterrupt):
+        torch.ones(2).add(1)
+    assert rec.busy == 0 and rec.lock.acquire(blocking=False)
+    rec.lock.release()
+    dbg.stop()
+    dbg.close()
+
+
+def test_unrecorded_calls_and_compiling_leave_at_once(tmp_path):
+    """Attribute reads and metadata calls are not recorded; the handler's name cache keeps each function once."""
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d")
+    x = torch.randn(3, 4)
+    dbg.start()
+    for _ in range(5):
+        x.size()
+        x.dim()
+        torch.relu(x)
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    calls = msprobe_nb.load(tmp_path / "d").calls
+    assert list(calls.drop_duplicates("call").op) == ["relu"] * 5
+
+
+def test_a_context_of_the_wrong_shape_is_refused():
+    mod = api_mode._api_handler
+    with pytest.raises(ValueError, match="fields"):
+        mod.Handler(())
+    with pytest.raises(TypeError):
+        mod.Handler([None] * len(mod.CONTEXT_FIELDS))
+    with pytest.raises(TypeError, match="dicts"):
+        mod.Handler((None,) * len(mod.CONTEXT_FIELDS))
+    h = mod.Handler(tuple({} if n in ("operators", "operator_methods") else frozenset() if n in (
+        "drawing", "same_elements") else () if n == "positions" else None for n in mod.CONTEXT_FIELDS))
+    with pytest.raises(TypeError, match="handle"):
+        h.handle(torch.add)
+    with pytest.raises(TypeError, match="tuple"):
+        h.handle(torch.add, [1], None)
+
+
+def test_the_built_handler_exports_the_layout_python_expects(monkeypatch):
+    mod = api_mode._api_handler
+    assert mod.ABI == c_contract.API_HANDLER_ABI and mod.CONTEXT_FIELDS == c_contract.HANDLER_FIELDS
+    import types
+    stale = types.SimpleNamespace(ABI=c_contract.API_HANDLER_ABI, CONTEXT_FIELDS=c_contract.HANDLER_FIELDS[:-1])
+    monkeypatch.setattr(c_contract, "_load", lambda name: stale)
+    with pytest.warns(RuntimeWarning, match="_api_handler does not match.*context fields"):
+        assert c_contract.api_handler() is None
+    stale.ABI = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match="ABI 0"):
+            c_contract.api_handler()
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_each_call_is_one_entry_of_the_steps_calls(tmp_path, monkeypatch, c):
+    """A call's input and output rows point at one slot of the step's calls, which holds it once."""
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+    x = torch.randn(3, 4, requires_grad=True)
+    dbg.start()
+    try:
+        torch.relu(x).sum(dim=0, keepdim=True) * 2
+        names = [k.call for k in rec.calls]
+        slots = [r[0] for r in rec.rows]
+    finally:
+        dbg.stop()
+        dbg.close()
+    assert names == ["Torch.relu.0.forward", "Tensor.sum.0.forward", "Tensor.__mul__.0.forward"]
+    assert slots == [0, 0, 1, 1, 1, 1, 2, 2, 2]
