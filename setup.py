@@ -3,7 +3,8 @@
 * ``msprobe_nb.capture._fused_stats``: a float32 CPU tensor's max, min, sum and norm in one pass;
 * ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+);
 * ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values;
-* ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+).
+* ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+);
+* ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it).
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
 come from torch's reductions, a Python frame walk, Python row building and the Python handler (slower recording).
@@ -24,7 +25,9 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],
                                 extra_compile_args=ARGS, optional=True))
-    EXTENSIONS.append(Extension("msprobe_nb.capture._api_handler", ["msprobe_nb/capture/_api_handler.c"],
-                                extra_compile_args=ARGS, optional=True))
+    for name in ("_api_handler", "_api_backward"):  # the two halves of L1 recording, sharing _api_calls.h
+        EXTENSIONS.append(Extension(f"msprobe_nb.capture.{name}", [f"msprobe_nb/capture/{name}.c"],
+                                    depends=["msprobe_nb/capture/_api_calls.h"], extra_compile_args=ARGS,
+                                    optional=True))
 
 setup(ext_modules=EXTENSIONS)

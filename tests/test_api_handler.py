@@ -1,4 +1,5 @@
-"""The L1 mode's C handler (capture/_api_handler.c) records exactly what the Python handler records.
+"""The L1 mode's C handler and API backward (capture/_api_handler.c, _api_backward.c) record exactly what the
+Python handler and api_backward.py record.
 
 Each workload is recorded twice from the same seed, once per handler, and everything the dump holds is
 compared: every column of the calls table (names, counters, parents, stack ids, rows, statistics, backward
@@ -20,11 +21,11 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 import msprobe_nb
-from msprobe_nb.capture import api_mode, c_contract
+from msprobe_nb.capture import api_mode, c_contract, grad_hooks
 
-pytestmark = pytest.mark.skipif(api_mode._api_handler is None,
-                                reason="msprobe_nb.capture._api_handler is not built (no C compiler, or "
-                                       "not CPython 3.11+)")
+pytestmark = pytest.mark.skipif(api_mode._api_handler is None or grad_hooks._api_backward is None,
+                                reason="msprobe_nb.capture._api_handler / _api_backward are not built (no C "
+                                       "compiler, or not CPython 3.11+)")
 
 
 class _Scale(torch.autograd.Function):
@@ -116,9 +117,9 @@ def _record(tmp, make, c: bool, steps: int = 2, **options):
     the model's loss-free state after it (its parameters) too, for the non-interference check."""
     torch.manual_seed(0)
     model, step = make()
-    saved = api_mode._api_handler
-    if not c:
-        api_mode._api_handler = None  # as where setup.py found no compiler
+    saved = api_mode._api_handler, grad_hooks._api_backward
+    if not c:  # as where setup.py found no compiler
+        api_mode._api_handler = grad_hooks._api_backward = None
     try:
         options.setdefault("level", "L1")
         dbg = msprobe_nb.Debugger(dump_path=tmp, **options)
@@ -131,7 +132,7 @@ def _record(tmp, make, c: bool, steps: int = 2, **options):
         errors = list(dbg.errors)
         dbg.close()
     finally:
-        api_mode._api_handler = saved
+        api_mode._api_handler, grad_hooks._api_backward = saved
     return msprobe_nb.load(tmp), [p.detach().clone() for p in model.parameters()], errors
 
 
@@ -205,7 +206,9 @@ def test_real_models_record_the_same_with_either_handler(tmp_path, name):
 
 def _recorder_of(tmp, c: bool, monkeypatch):
     """A Debugger whose recorder exists (one empty start and stop), on the C or the Python handler."""
-    monkeypatch.setattr(api_mode, "_api_handler", api_mode._api_handler if c else None)
+    if not c:
+        monkeypatch.setattr(api_mode, "_api_handler", None)
+        monkeypatch.setattr(grad_hooks, "_api_backward", None)
     dbg = msprobe_nb.Debugger(dump_path=tmp)
     dbg.start()
     dbg.stop()
@@ -256,7 +259,7 @@ def test_an_interrupt_is_not_swallowed(tmp_path, monkeypatch, c):
     dbg.close()
 
 
-def test_unrecorded_calls_and_compiling_leave_at_once(tmp_path):
+def test_unrecorded_calls_are_left_alone(tmp_path):
     """Attribute reads and metadata calls are not recorded; the handler's name cache keeps each function once."""
     dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d")
     x = torch.randn(3, 4)
@@ -270,6 +273,20 @@ def test_unrecorded_calls_and_compiling_leave_at_once(tmp_path):
     dbg.close()
     calls = msprobe_nb.load(tmp_path / "d").calls
     assert list(calls.drop_duplicates("call").op) == ["relu"] * 5
+
+
+def test_a_backward_context_of_the_wrong_shape_is_refused():
+    mod = grad_hooks._api_backward
+    with pytest.raises(ValueError, match="fields"):
+        mod.Attacher(())
+    with pytest.raises(TypeError, match="handles must be a list"):
+        mod.Attacher((None,) * len(mod.CONTEXT_FIELDS))
+    a = mod.Attacher(tuple([] if n == "handles" else frozenset() if n == "same_elements" else 256 if n == "max_nodes"
+                           else None for n in mod.CONTEXT_FIELDS))
+    with pytest.raises(TypeError, match="attach"):
+        a.attach(None)
+    with pytest.raises(TypeError, match="inputs must be a list"):
+        a.attach(None, torch.ones(1), (), 0, "x", "")
 
 
 def test_a_context_of_the_wrong_shape_is_refused():
@@ -288,19 +305,25 @@ def test_a_context_of_the_wrong_shape_is_refused():
         h.handle(torch.add, [1], None)
 
 
-def test_the_built_handler_exports_the_layout_python_expects(monkeypatch):
-    mod = api_mode._api_handler
-    assert mod.ABI == c_contract.API_HANDLER_ABI and mod.CONTEXT_FIELDS == c_contract.HANDLER_FIELDS
+@pytest.mark.parametrize("name,abi,fields,load", [
+    ("_api_handler", "API_HANDLER_ABI", "HANDLER_FIELDS", "api_handler"),
+    ("_api_backward", "API_BACKWARD_ABI", "BACKWARD_FIELDS", "api_backward")])
+def test_the_built_halves_export_the_layout_python_expects(monkeypatch, name, abi, fields, load):
+    """Each exports its ABI and context fields; a stale build (other fields, another ABI) is refused with a
+    warning, and recording takes the Python path."""
+    import importlib
     import types
-    stale = types.SimpleNamespace(ABI=c_contract.API_HANDLER_ABI, CONTEXT_FIELDS=c_contract.HANDLER_FIELDS[:-1])
-    monkeypatch.setattr(c_contract, "_load", lambda name: stale)
-    with pytest.warns(RuntimeWarning, match="_api_handler does not match.*context fields"):
-        assert c_contract.api_handler() is None
+    mod = importlib.import_module(f"msprobe_nb.capture.{name}")
+    assert mod.ABI == getattr(c_contract, abi) and mod.CONTEXT_FIELDS == getattr(c_contract, fields)
+    stale = types.SimpleNamespace(ABI=mod.ABI, CONTEXT_FIELDS=mod.CONTEXT_FIELDS[:-1])
+    monkeypatch.setattr(c_contract, "_load", lambda _: stale)
+    with pytest.warns(RuntimeWarning, match=f"{name} does not match.*context fields"):
+        assert getattr(c_contract, load)() is None
     stale.ABI = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(RuntimeWarning, match="ABI 0"):
-            c_contract.api_handler()
+            getattr(c_contract, load)()
 
 
 @pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
@@ -318,3 +341,72 @@ def test_each_call_is_one_entry_of_the_steps_calls(tmp_path, monkeypatch, c):
         dbg.close()
     assert names == ["Torch.relu.0.forward", "Tensor.sum.0.forward", "Tensor.__mul__.0.forward"]
     assert slots == [0, 0, 1, 1, 1, 1, 2, 2, 2]
+
+
+class _Twice(nn.Module):
+    """An input reached by two edges of one call, a graph run twice (retain_graph), a view's gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return torch.mul(h, h).view(-1), torch.addcmul(h, h, h).t()
+
+
+def _twice():
+    model = _Twice()
+    x = torch.randn(4, 6, requires_grad=True)
+
+    def step():
+        a, b = model(x)
+        loss = a.sum() + b.square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()  # the same nodes run again: each call's backward is a new call
+    return model, step
+
+
+@pytest.mark.parametrize("max_nodes", [256, 1], ids=["walked", "cut-short"])
+def test_shared_edges_a_rerun_graph_and_a_cut_walk_record_the_same_with_either_backward(tmp_path, monkeypatch,
+                                                                                        max_nodes):
+    """Gradients summed over edges, a second run of the graph, and a walk cut short past the node limit (the
+    output gradients only) give the Python classes' rows."""
+    from msprobe_nb.capture import api_backward
+    monkeypatch.setattr(api_backward, "MAX_NODES", max_nodes)
+    monkeypatch.setattr(grad_hooks, "MAX_NODES", max_nodes)
+    calls = _assert_same(tmp_path, _twice)
+    backward = calls[calls.direction == "backward"]
+    mul = backward[backward.call == "Torch.mul.0.backward"]
+    assert (mul.groupby("step").call_index.nunique() == 2).all()  # the graph's second run: a second call
+    linear = backward[backward.call.str.startswith("Functional.linear.")]  # addmm and the weight's transpose
+    assert len(linear) and (linear.io == "output").any() == (max_nodes > 1)
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_a_failure_in_a_node_hook_is_noted_and_the_backward_runs_on(tmp_path, monkeypatch, c):
+    """The rows of a backward fail in its node hook: noted once, and autograd's gradients are bitwise the same."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    x = torch.randn(3, 4)
+    lin(x).square().sum().backward()
+    want = [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad()
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+    build = rec.build_rows
+
+    def failing(rows, value, prefix, k, base, *rest):
+        if ".backward." in base:
+            raise ValueError("backward rows broke")
+        return build(rows, value, prefix, k, base, *rest)
+    if build is None:
+        pytest.skip("the C row builder is not built: the failure is planted in its call")
+    rec.build_rows = failing
+    with pytest.warns(RuntimeWarning, match="an API backward: ValueError: backward rows broke"):
+        dbg.start(lin)
+        lin(x).square().sum().backward()
+        dbg.stop()
+    assert all(torch.equal(p.grad, w) for p, w in zip(lin.parameters(), want))  # bitwise
+    assert rec.busy == 0 and rec.lock.acquire(blocking=False)
+    rec.lock.release()
+    dbg.close()

@@ -733,6 +733,15 @@ def test_a_recording_failure_in_backward_never_breaks_the_backward(level, tmp_pa
         return orig(self, c, direction, *a, **k)
 
     monkeypatch.setattr(Recorder, "add_rows", failing)
+    import msprobe_nb.capture.recorder as recorder_mod
+    build = recorder_mod._build_rows
+    if build is not None:  # the C API backward calls the row builder itself, not add_rows
+
+        def failing_build(rows, value, prefix, k, base, *rest):
+            if ".backward." in base:
+                raise ValueError("injected")
+            return build(rows, value, prefix, k, base, *rest)
+        monkeypatch.setattr(recorder_mod, "_build_rows", failing_build)
     with pytest.warns(RuntimeWarning, match="injected"):
         with msprobe_nb.record(dump_path=tmp_path / "d", level=level, model=model) as dbg:
             model(x).sum().backward()

@@ -13,8 +13,7 @@
  * would break the graph at every op), so it steps aside there and calls Handler.handle otherwise.
  * setup.py builds this for CPython 3.11+ (the frame API it reads: PyFrame_GetLasti, PyCode_GetCode).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_api_calls.h"
 #include <frameobject.h>
 
 #define API_HANDLER_ABI 1
@@ -36,11 +35,9 @@
 enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 
-static PyObject *s_active, *s_busy, *s_replaying, *s_record, *s_randomness, *s_pending, *s_poll, *s_api_counters;
-static PyObject *s_module_stack, *s_call, *s_select_all, *s_call_index, *s_construct, *s_all_data, *s_build_rows;
-static PyObject *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_requires_grad, *s_grad_fn, *s_output_nr;
-static PyObject *s_version, *s_forward, *s_recompute, *s_empty, *s_input_suffix, *s_output_suffix, *s_tensor_family;
-static PyObject *s_distributed, *s_input, *s_output, *s_is_kwarg, *s_set_producer, *k_zero, *k_one, *k_minus_one;
+static PyObject *s_active, *s_replaying, *s_record, *s_randomness, *s_pending, *s_poll, *s_api_counters;
+static PyObject *s_module_stack, *s_call, *s_select_all, *s_construct, *s_requires_grad, *s_grad_fn, *s_output_nr;
+static PyObject *s_version, *s_forward, *s_recompute, *s_tensor_family, *s_distributed, *s_input, *s_output;
 
 typedef struct {
     PyObject_HEAD
@@ -51,16 +48,6 @@ typedef struct {
 #define CTX(h, i) PyTuple_GET_ITEM((h)->ctx, (i))
 #define MAX_NAMES 4096 /* the name cache is emptied past this many functions (resolve_api's own bound) */
 
-/* The truth of v (a new reference, released here): 1, 0, or -1 when v is NULL or has no truth value. */
-static int truth(PyObject *v)
-{
-    if (v == NULL)
-        return -1;
-    int r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return r;
-}
-
 static PyObject *call_func(PyObject *func, PyObject *args, PyObject *kwargs)
 {
     if (kwargs == NULL || kwargs == Py_None || (PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0))
@@ -68,102 +55,30 @@ static PyObject *call_func(PyObject *func, PyObject *args, PyObject *kwargs)
     return PyObject_Call(func, args, kwargs);
 }
 
-static PyObject *call1(PyObject *f, PyObject *a) { return PyObject_CallOneArg(f, a); }
-
-static PyObject *call2(PyObject *f, PyObject *a, PyObject *b)
-{
-    PyObject *argv[] = {a, b};
-    return PyObject_Vectorcall(f, argv, 2, NULL);
-}
-
-/* rec.<name> += delta */
-static int add_to(PyObject *obj, PyObject *name, long delta)
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    long n = PyLong_AsLong(v);
-    Py_DECREF(v);
-    if (n == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *w = PyLong_FromLong(n + delta);
-    if (w == NULL)
-        return -1;
-    int r = PyObject_SetAttr(obj, name, w);
-    Py_DECREF(w);
-    return r;
-}
-
-/* The lock and busy count around the kit's own work, as Recorder.working() (the mode is off in a handler). */
 static int enter(Handler *h)
 {
-    PyObject *r = PyObject_CallNoArgs(CTX(h, C_LOCK_ACQUIRE));
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    if (add_to(CTX(h, C_RECORDER), s_busy, 1) < 0) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        r = PyObject_CallNoArgs(CTX(h, C_LOCK_RELEASE));
-        Py_XDECREF(r);
-        PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
-        return -1;
-    }
-    return 0;
+    return working_enter(CTX(h, C_LOCK_ACQUIRE), CTX(h, C_LOCK_RELEASE), CTX(h, C_RECORDER));
 }
 
-/* The other half; an exception already raised (the kit's own, to note or to propagate) wins over its own. */
-static int leave(Handler *h)
-{
-    PyObject *et, *ev, *tb, *ot = NULL, *ov = NULL, *ob = NULL;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (add_to(CTX(h, C_RECORDER), s_busy, -1) < 0)
-        PyErr_Fetch(&ot, &ov, &ob);
-    PyObject *r = PyObject_CallNoArgs(CTX(h, C_LOCK_RELEASE));
-    if (r == NULL) {
-        if (ot == NULL)
-            PyErr_Fetch(&ot, &ov, &ob);
-        else
-            PyErr_Clear();
-    }
-    Py_XDECREF(r);
-    if (et != NULL) {
-        Py_XDECREF(ot);
-        Py_XDECREF(ov);
-        Py_XDECREF(ob);
-        PyErr_Restore(et, ev, tb);
-        return -1;
-    }
-    if (ot != NULL) {
-        PyErr_Restore(ot, ov, ob);
-        return -1;
-    }
-    return 0;
-}
+static int leave(Handler *h) { return working_leave(CTX(h, C_LOCK_RELEASE), CTX(h, C_RECORDER)); }
 
-/* `except Exception as exc: rec.note_error(where, exc)`: 0 when noted (the error is cleared), -1 when the
-   exception is not an Exception (KeyboardInterrupt...) or noting it failed (it stays raised). */
+/* `except Exception as exc: rec.note_error(f"{what} of {family}.{op}", exc)` (what alone without a family) */
 static int note(Handler *h, const char *what, PyObject *family, PyObject *op)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    PyErr_NormalizeException(&et, &ev, &tb);
-    if (tb != NULL && ev != NULL)
-        PyException_SetTraceback(ev, tb);
     PyObject *where = family != NULL ? PyUnicode_FromFormat("%s of %U.%U", what, family, op)
                                      : PyUnicode_FromString(what);
-    PyObject *r = where != NULL ? call2(CTX(h, C_NOTE_ERROR), where, ev != NULL ? ev : Py_None) : NULL;
-    Py_XDECREF(where);
-    Py_XDECREF(et);
-    Py_XDECREF(ev);
-    Py_XDECREF(tb);
-    if (r == NULL)
+    if (where == NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         return -1;
-    Py_DECREF(r);
-    return 0;
+    }
+    PyErr_Restore(et, ev, tb);
+    return note_error(CTX(h, C_NOTE_ERROR), where);
 }
 
 /* (family, op) of func, or None when it is not recorded: a new reference, NULL on error. A naming failure is
@@ -294,16 +209,13 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     *dump = all;
     if (all) {
         sid = call1(CTX(h, C_STACK_ID), frame != NULL ? (PyObject *)frame : Py_None);
-        idx = sid != NULL ? PyObject_GetAttr(rec, s_call_index) : NULL;
-        PyObject *after = idx != NULL ? PyNumber_Add(idx, k_one) : NULL;
-        int failed = after == NULL || PyObject_SetAttr(rec, s_call_index, after) < 0;
-        Py_XDECREF(after);
-        if (failed)
+        idx = sid != NULL ? take_index(rec) : NULL;
+        if (idx == NULL)
             goto done;
         if (depth) {
             PyObject *construct = PyObject_GetAttr(rec, s_construct);
             int orphan = !PyUnicode_Check(parent) || PyUnicode_GET_LENGTH(parent) == 0; /* `parent or None` */
-            failed = construct == NULL || PyObject_SetItem(construct, name, orphan ? Py_None : parent) < 0;
+            int failed = construct == NULL || PyObject_SetItem(construct, name, orphan ? Py_None : parent) < 0;
             Py_XDECREF(construct);
             if (failed)
                 goto done;
@@ -327,75 +239,11 @@ done:
     return c;
 }
 
-/* Recorder.add_rows(c, "forward", io, value, is_kwarg=..., set_producer=...) for a call that dumps: through the
-   C row builder where the recorder uses it and no data_mode filter applies, else through add_rows itself. */
+/* Recorder.add_rows(c, "forward", io, value, is_kwarg=..., set_producer=...) for a call that dumps */
 static int add_rows(Handler *h, PyObject *c, PyObject *name, int output, PyObject *value, int is_kwarg)
 {
-    PyObject *rec = CTX(h, C_RECORDER);
-    int all = truth(PyObject_GetAttr(rec, s_all_data));
-    if (all < 0)
-        return -1;
-    PyObject *build = PyObject_GetAttr(rec, s_build_rows);
-    if (build == NULL)
-        return -1;
-    if (!all || build == Py_None) {
-        Py_DECREF(build);
-        PyObject *argv[] = {c, s_forward, output ? s_output : s_input, value, is_kwarg ? Py_True : Py_False,
-                            output ? Py_True : Py_False};
-        PyObject *kwnames = PyTuple_Pack(2, s_is_kwarg, s_set_producer);
-        PyObject *r = kwnames != NULL ? PyObject_Vectorcall(CTX(h, C_ADD_ROWS), argv, 4, kwnames) : NULL;
-        Py_XDECREF(kwnames);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-        return 0;
-    }
-    int failed = -1;
-    PyObject *calls = PyObject_GetAttr(rec, s_calls), *slot = PyObject_GetAttr(c, s_slot);
-    PyObject *rows = PyObject_GetAttr(rec, s_rows), *seen = PyObject_GetAttr(rec, s_seen);
-    PyObject *ctx = PyObject_GetAttr(rec, s_row_ctx), *base = NULL, *k = NULL;
-    if (calls == NULL || slot == NULL || rows == NULL || seen == NULL || ctx == NULL)
-        goto done;
-    if (!PyList_Check(calls) || !PyList_Check(rows)) {
-        PyErr_SetString(PyExc_TypeError, "Recorder.calls and Recorder.rows must be lists");
-        goto done;
-    }
-    Py_ssize_t ks = PyLong_AsSsize_t(slot), ncalls = PyList_GET_SIZE(calls);
-    if (ks == -1 && PyErr_Occurred())
-        goto done;
-    int fresh = ks < 0 || ks >= ncalls || PyList_GET_ITEM(calls, ks) != c; /* the call's first rows this step */
-    if (fresh)
-        ks = ncalls;
-    k = PyLong_FromSsize_t(ks);
-    base = PyUnicode_Concat(name, output ? s_output_suffix : s_input_suffix);
-    if (k == NULL || base == NULL)
-        goto done;
-    Py_ssize_t n = PyList_GET_SIZE(rows);
-    PyObject *argv[] = {rows, value, s_empty, k, base, CTX(h, output ? C_IO_OUTPUT : C_IO_INPUT),
-                        is_kwarg ? Py_True : Py_False, output ? Py_True : Py_False, name, seen, ctx};
-    PyObject *r = PyObject_Vectorcall(build, argv, 11, NULL);
-    failed = r == NULL ? -1 : 0;
-    Py_XDECREF(r);
-    if (fresh && PyList_GET_SIZE(rows) > n) { /* rows were added (even if a later leaf failed): they point at k */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        if (PyObject_SetAttr(c, s_slot, k) < 0 || PyList_Append(calls, c) < 0)
-            failed = -1;
-        if (et != NULL) {
-            PyErr_Clear();
-            PyErr_Restore(et, ev, tb);
-        }
-    }
-done:
-    Py_DECREF(build);
-    Py_XDECREF(calls);
-    Py_XDECREF(slot);
-    Py_XDECREF(rows);
-    Py_XDECREF(seen);
-    Py_XDECREF(ctx);
-    Py_XDECREF(base);
-    Py_XDECREF(k);
-    return failed;
+    return add_rows_c(CTX(h, C_RECORDER), CTX(h, C_ADD_ROWS), c, name, s_forward, output ? s_output : s_input,
+                      CTX(h, output ? C_IO_OUTPUT : C_IO_INPUT), value, s_empty, is_kwarg, output);
 }
 
 /* api_backward.grad_inputs: (path, key) of the tensor inputs that require grad, or None. Flat positional
@@ -822,25 +670,18 @@ static PyTypeObject HandlerType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_handler",
                                     "The L1 mode's handler of a recorded API call, in C.", -1, NULL};
 
-#define INTERN(var, text) ((var) = PyUnicode_InternFromString(text)) == NULL
+#define INTERN API_INTERN
 
 PyMODINIT_FUNC PyInit__api_handler(void)
 {
-    if (INTERN(s_active, "active") || INTERN(s_busy, "busy") || INTERN(s_replaying, "replaying")
+    if (api_calls_init() < 0 || INTERN(s_active, "active") || INTERN(s_replaying, "replaying")
         || INTERN(s_record, "record") || INTERN(s_randomness, "randomness") || INTERN(s_pending, "pending")
         || INTERN(s_poll, "poll") || INTERN(s_api_counters, "api_counters") || INTERN(s_module_stack, "module_stack")
-        || INTERN(s_call, "call") || INTERN(s_select_all, "_select_all") || INTERN(s_call_index, "call_index")
-        || INTERN(s_construct, "construct") || INTERN(s_all_data, "_all_data") || INTERN(s_build_rows, "build_rows")
-        || INTERN(s_row_ctx, "_row_ctx") || INTERN(s_calls, "calls") || INTERN(s_rows, "rows")
-        || INTERN(s_seen, "_seen") || INTERN(s_slot, "slot") || INTERN(s_requires_grad, "requires_grad")
-        || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr") || INTERN(s_version, "_version")
-        || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute") || INTERN(s_empty, "")
-        || INTERN(s_input_suffix, ".input") || INTERN(s_output_suffix, ".output")
+        || INTERN(s_call, "call") || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
+        || INTERN(s_requires_grad, "requires_grad") || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr")
+        || INTERN(s_version, "_version") || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute")
         || INTERN(s_tensor_family, "Tensor") || INTERN(s_distributed, "Distributed") || INTERN(s_input, "input")
-        || INTERN(s_output, "output") || INTERN(s_is_kwarg, "is_kwarg") || INTERN(s_set_producer, "set_producer"))
-        return NULL;
-    if ((k_zero = PyLong_FromLong(0)) == NULL || (k_one = PyLong_FromLong(1)) == NULL
-        || (k_minus_one = PyLong_FromLong(-1)) == NULL)
+        || INTERN(s_output, "output"))
         return NULL;
     if (PyType_Ready(&HandlerType) < 0)
         return NULL;

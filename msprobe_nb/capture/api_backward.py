@@ -12,6 +12,9 @@ no identity node is inserted and no gradient is changed, so the model's results 
 Nodes made by the call have sequence numbers from the one the thread had when the call began on
 (``torch._C._autograd._get_sequence_nr``); the walk never enters an older node, so a tensor the call
 captured from elsewhere does not drag the rest of the graph in.
+
+``capture/_api_backward.c`` does the same walk and hooks where it is built (``grad_hooks`` takes it); these
+classes are the fallback and the reference its tests diff against.
 """
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ HANDLER_FIELDS = ("mode", "recorder", "lock_acquire", "lock_release", "collectiv
                   "stack_id", "selected", "is_custom_forward", "forward_frame", "grad_enabled", "sequence_nr", "tensor",
                   "positions", "grad_inputs", "checkpoint_node", "replay_in_backward", "custom_node", "consumed",
                   "add_rows", "io_input", "io_output", "share_summary", "mark_written", "attach_api_backward")
+#: ABI of _api_backward (API_BACKWARD_ABI in _api_backward.c)
+API_BACKWARD_ABI = 1
+#: what the C API backward's context holds, by name (GradientHooks builds it from these)
+BACKWARD_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
+                   "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function", "handles",
+                   "same_elements", "max_nodes")
 #: what the row builder's context holds, by name (Recorder builds it from these)
 CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
                   "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",
@@ -92,13 +98,22 @@ def stack_keys() -> ModuleType | None:
     return _by_abi("_stack_keys", STACK_KEYS_ABI)
 
 
-def api_handler() -> ModuleType | None:
-    """``_api_handler`` where it is built with this ABI and context, else None (the Python handler)."""
-    mod = _by_abi("_api_handler", API_HANDLER_ABI)
-    if mod is not None and set(getattr(mod, "CONTEXT_FIELDS", ())) != set(HANDLER_FIELDS):
-        _refuse("_api_handler", ["context fields differ"])
+def _with_context(name: str, abi: int, fields: tuple[str, ...]) -> ModuleType | None:
+    mod = _by_abi(name, abi)
+    if mod is not None and set(getattr(mod, "CONTEXT_FIELDS", ())) != set(fields):
+        _refuse(name, ["context fields differ"])
         return None
     return mod
+
+
+def api_handler() -> ModuleType | None:
+    """``_api_handler`` where it is built with this ABI and context, else None (the Python handler)."""
+    return _with_context("_api_handler", API_HANDLER_ABI, HANDLER_FIELDS)
+
+
+def api_backward() -> ModuleType | None:
+    """``_api_backward`` where it is built with this ABI and context, else None (api_backward's classes)."""
+    return _with_context("_api_backward", API_BACKWARD_ABI, BACKWARD_FIELDS)
 
 
 def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:

@@ -15,9 +15,13 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from msprobe_nb.capture.api_backward import BackwardRows, CallGraph
+from msprobe_nb.capture import c_contract
+from msprobe_nb.capture.api_backward import MAX_NODES, BackwardRows, CallGraph
 from msprobe_nb.capture.calls import SAME_ELEMENTS, Call, _backward_name
 from msprobe_nb.capture.leaves import leaves
+
+# optional C API backward (setup.py); None where it is not built or was built for another layout
+_api_backward = c_contract.api_backward()
 
 
 class GradientHooks:
@@ -31,6 +35,23 @@ class GradientHooks:
         self._backward_names: dict[str, str] = {}  # forward call name -> its backward name
         self._grad_watch: dict[int, tuple] = {}  # id(tensor) -> (weakref, [(module backward, io, path)])
         self._param_hooks: dict[int, Any] = {}
+        self._attach: Any = None  # the C API backward's attach, made on first use (the recorder is complete then)
+
+    def _c_attach(self) -> Any:
+        """The C API backward's ``attach`` bound to this recorder (None: api_backward's Python classes)."""
+        if _api_backward is None:
+            return None
+        if self._attach is None:
+            rec = self.recorder
+            parts = {
+                "recorder": rec, "lock_acquire": rec.lock.acquire, "lock_release": rec.lock.release,
+                "note_error": rec.note_error, "add_rows": rec.add_rows, "io_input": rec._ios.codes["input"],
+                "io_output": rec._ios.codes["output"], "call_type": Call, "share_summary": rec.share_summary,
+                "tensor": torch.Tensor, "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
+                "leaves": leaves, "no_torch_function": torch._C.DisableTorchFunction, "handles": self._handles,
+                "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES}
+            self._attach = _api_backward.Attacher(c_contract.context(_api_backward, parts)).attach
+        return self._attach
 
     def attach_api_backward(self, c: Call, out: Any, inputs: list | None, seq0: int) -> None:
         """Record the API's backward when autograd runs the nodes the call made: the gradients of its outputs
@@ -43,13 +64,17 @@ class GradientHooks:
         """
         if not c.dump or not torch.is_grad_enabled():
             return
+        call = c.call
+        bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
+        parent = self.backward_of(c.parent) if c.parent else ""
+        attach = self._c_attach()
+        if attach is not None:
+            attach(c, out, inputs, seq0, bname, parent)
+            return
         graph = CallGraph.of(out, inputs, seq0)
         if graph is None:
             return
         recorder = self.recorder
-        call = c.call
-        bname = call[:-7] + "backward" if call.endswith(".forward") else _backward_name(call)
-        parent = self.backward_of(c.parent) if c.parent else ""
 
         def open_call() -> Call:
             b = Call(bname, c.family, c.op, c.counter, "backward", c.module_path, parent, c.stack_id,
