@@ -10,8 +10,8 @@ Handlers, each a ``TorchFunctionMode`` (torch requires ``__torch_function__`` bo
   its ``tp_call`` calls the function);
 * ``kit L1`` / ``kit mix``: the Debugger, statistics task, at L1 / mix, its step written (``dbg.step()``) in
   the timed span, so the figure is a recorded call's whole cost (the second step of a Debugger: the first
-  opens its file and records the set-up); with the C handler (``capture/_api_handler.c``)
-  where it is built, and ``kit L1 py``: the same with the mode's Python handler.
+  opens its file and records the set-up); with the C handler and API backward (``capture/_api_handler.c``,
+  ``_api_backward.c``) where they are built, and ``kit L1 py``: the same with their Python counterparts.
 
 Two measures, one torch thread, CPU time of this process, medians of ``--repeats``:
 
@@ -89,10 +89,10 @@ def per_call(calls: int, repeats: int) -> dict[str, float]:
 
     def kit(level: str, c_handler: bool = True) -> float:
         import msprobe_nb as mp
-        from msprobe_nb.capture import api_mode
-        saved = api_mode._api_handler
-        if not c_handler:
-            api_mode._api_handler = None  # read when start() makes the mode
+        from msprobe_nb.capture import api_mode, grad_hooks
+        saved = api_mode._api_handler, grad_hooks._api_backward
+        if not c_handler:  # both C halves off: the Python handler and API backward
+            api_mode._api_handler = grad_hooks._api_backward = None
         with tempfile.TemporaryDirectory() as tmp:
             dbg = mp.Debugger(dump_path=tmp, level=level, task="statistics")
             for _ in range(2):  # the second step is timed: the first opens the file and records the set-up
@@ -103,7 +103,7 @@ def per_call(calls: int, repeats: int) -> dict[str, float]:
                 dbg.step()
                 took = time.process_time() - t
             dbg.close()
-        api_mode._api_handler = saved
+        api_mode._api_handler, grad_hooks._api_backward = saved
         return took
 
     modes: dict[str, Callable[[], float]] = {"python": lambda: under(PythonMode)}
