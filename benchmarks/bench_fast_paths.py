@@ -15,8 +15,8 @@ rotating order, so every arm meets the same machine. Arms:
 * ``all C``: every C path that was built;
 * ``no C copies`` (``--task tensor`` only): the row builder without its host copies, which
   ``Summarizer.summarize`` then makes (``_host_copy``);
-* ``no C handler``: the L1 mode's Python ``__torch_function__`` instead of ``_api_handler.c`` (the rows,
-  statistics and stack keys stay in C);
+* ``no C handler``: the L1 mode's Python ``__torch_function__`` and ``api_backward.py`` instead of
+  ``_api_handler.c`` and ``_api_backward.c`` (the rows, statistics and stack keys stay in C);
 * ``no row builder``: ``Recorder.add_rows``' Python loop instead of ``_row_builder.c`` (the handler, the
   kernel statistics and the stack keys stay in C);
 * ``Python only``: no C at all (statistics from torch, the Python stack walk, the Python rows and handler).
@@ -46,11 +46,12 @@ class _Switches:
     """Turns the kit's C paths off and on again, in one recorder (the same switches as the tests')."""
 
     def __init__(self, dbg):
-        from msprobe_nb.capture import api_mode, recorder, stacks, stats
+        from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
         self.dbg, self.recorder_mod, self.stacks_mod, self.stats_mod = dbg, recorder, stacks, stats
-        self.api_mode = api_mode
+        self.api_mode, self.grad_hooks = api_mode, grad_hooks
         self.saved = (recorder._build_rows, stacks._stack_key, stats._fused_at)
-        self.handler = api_mode._api_handler  # read when start() makes the mode, so each step takes its arm's
+        # read when start() makes the mode and at each API backward, so each step takes its arm's
+        self.handler, self.backward = api_mode._api_handler, grad_hooks._api_backward
         self.ctx = dbg._recorder._row_ctx  # its last entry: where the builder makes host copies itself
 
     def set(self, arm: str) -> None:
@@ -60,7 +61,9 @@ class _Switches:
         rec._row_ctx = self.ctx[:-1] + (None,) if arm == "no C copies" else self.ctx
         self.stacks_mod._stack_key = None if arm == "Python only" else key
         self.stats_mod._fused_at = None if arm == "Python only" else fused
-        self.api_mode._api_handler = None if arm in ("no C handler", "Python only") else self.handler
+        off = arm in ("no C handler", "Python only")
+        self.api_mode._api_handler = None if off else self.handler
+        self.grad_hooks._api_backward = None if off else self.backward
 
     def restore(self) -> None:
         self.set("all C")
@@ -134,8 +137,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     ap.add_argument("--task", default="statistics", choices=sorted(TASK_ARMS), help="the recording task")
     args = ap.parse_args(argv)
-    from msprobe_nb.capture import api_mode, recorder, stacks, stats
-    built = [n for n, f in (("handler", api_mode._api_handler), ("row builder", recorder._build_rows),
+    from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
+    built = [n for n, f in (("handler", api_mode._api_handler), ("API backward", grad_hooks._api_backward),
+                            ("row builder", recorder._build_rows),
                             ("stack keys", stacks._stack_key), ("statistics kernel", stats._fused_at))
              if f is not None]
     print("C paths built:", ", ".join(built) or "none (every arm but plain runs the Python paths)")

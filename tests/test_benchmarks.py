@@ -112,15 +112,18 @@ def test_accelerator_check_sees_a_changed_bit(tmp_path, monkeypatch):
 def test_fast_paths_benchmark_times_every_arm_and_switches_the_c_paths_back(tmp_path):
     pytest.importorskip("transformers", reason="transformers is not installed (the bench extra)")
     fast = pytest.importorskip("bench_fast_paths")
-    from msprobe_nb.capture import api_mode, recorder, stacks, stats
-    before = (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler)
+    from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
+    before = (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler,
+              grad_hooks._api_backward)
     ms = fast.measure("gpt2", "L1", rounds=1, warmup=0, tmp=str(tmp_path))
     assert set(ms) == set(fast.ARMS) and all(v > 0 for v in ms.values())
-    assert (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler) == before
+    assert (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler,
+            grad_hooks._api_backward) == before
     lines = fast.report({("gpt2", "L1"): ms})
     assert lines[2].startswith("| gpt2 | L1 |") and lines[2].count("x |") == len(fast.ARMS) - 1
     tensor = fast.measure("gpt2", "L1", rounds=1, warmup=0, tmp=str(tmp_path), task="tensor")
     assert list(tensor) == list(fast.TASK_ARMS["tensor"]) and all(v > 0 for v in tensor.values())
-    assert (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler) == before
+    assert (recorder._build_rows, stacks._stack_key, stats._fused_at, api_mode._api_handler,
+            grad_hooks._api_backward) == before
     lines = fast.report({("gpt2", "L1"): tensor})
     assert "no C copies" in lines[0] and "without the C host copies" in lines[-1]
