@@ -410,3 +410,67 @@ def test_a_failure_in_a_node_hook_is_noted_and_the_backward_runs_on(tmp_path, mo
     assert rec.busy == 0 and rec.lock.acquire(blocking=False)
     rec.lock.release()
     dbg.close()
+
+
+class _Shapes(nn.Module):
+    """Outputs of every shape a call gives: tuples, lists, a named tuple, a bare number, None, an input
+    returned in place, a call whose func raises (caught by the model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        top = torch.topk(h, 3, dim=-1)  # a named tuple (values, indices)
+        parts = torch.split(h, 4, dim=-1)  # a tuple of views
+        chunks = list(h.chunk(2, dim=0))
+        n = h.numel() + int(h.argmax())  # a number out of a recorded call
+        h = h.clone().add_(1.0).mul_(top.values.mean())  # in place: the input is the output
+        try:
+            torch.mm(h, torch.ones(3, 3))  # raises inside torch: the error is the user's
+        except RuntimeError:
+            pass
+        return (h + parts[0].sum() + chunks[1].sum() + n * 1e-3).unsqueeze(0), torch.where(h > 0)
+
+
+def _shapes():
+    model = _Shapes()
+    x = torch.randn(4, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        out, _ = model(x)
+        out.square().mean().backward()
+        opt.step()
+    return model, step
+
+
+def test_outputs_of_every_shape_and_a_raising_call_record_the_same_with_either_handler(tmp_path):
+    calls = _assert_same(tmp_path, _shapes)
+    assert {"topk", "chunk", "argmax", "add_", "mul_", "where"} <= set(calls.op)
+    assert any("split" in op for op in calls.op)
+    assert not calls.op.eq("mm").any() or calls[calls.op == "mm"].io.eq("input").all()  # no output: it raised
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_an_error_of_the_users_call_propagates_and_recording_goes_on(tmp_path, monkeypatch, c):
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+    dbg.start()
+    try:
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            torch.mm(torch.ones(2, 3), torch.ones(2, 3))
+        assert rec.busy == 0 and rec.lock.acquire(blocking=False)
+        rec.lock.release()
+        torch.relu(torch.ones(2))
+    finally:
+        dbg.stop()
+    dbg.step()
+    dbg.close()
+    calls = msprobe_nb.load(tmp_path / "d").calls
+    assert list(calls.drop_duplicates("call").call) == ["Torch.ones.0.forward", "Torch.ones.1.forward",
+                                                        "Torch.mm.0.forward", "Torch.ones.2.forward",
+                                                        "Torch.relu.0.forward"]
+    assert set(calls[calls.op == "mm"].io) == {"input"}
+    assert not dbg.errors

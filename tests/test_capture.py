@@ -324,6 +324,16 @@ def test_the_tensor_task_keeps_every_kind_of_input_exactly(tmp_path):
 
 
 # ---------------------------------------------------------------- names as msprobe writes them
+def test_a_torch_function_is_named_by_its_own_name_not_an_equal_aliass():
+    """torch's index names torch.mm "torch.spmm" (equal builtins share one entry); msprobe wraps torch.mm by name
+    and records Torch.mm, so the kit names it so (and the alias, which is the same function, alike)."""
+    from msprobe_nb.capture.naming import resolve_api
+    assert resolve_api(torch.mm) == ("Torch", "mm") and resolve_api(torch.spmm) == ("Torch", "mm")
+    assert resolve_api(torch.hsmm) == ("Torch", "hsmm") and resolve_api(torch.add) == ("Torch", "add")
+    assert resolve_api(torch.linalg.cholesky) == ("Torch", "linalg.cholesky")
+    assert resolve_api(torch.nn.functional.logsigmoid) == ("Functional", "logsigmoid")
+
+
 @pytest.mark.skipif(not TOY.exists(), reason=f"msprobe interop data not found at {TOY}")
 def test_names_and_statistics_line_up_with_msprobe_dump(tmp_path):
     import argparse

@@ -111,6 +111,8 @@ def _resolve(func) -> tuple[str, str] | None:
     name = resolve_name(func)
     if name is None:
         name = f"{getattr(func, '__module__', '') or ''}.{getattr(func, '__name__', repr(func))}"
+    elif name.count(".") == 1 and name.startswith("torch."):
+        name = _own_torch_name(func, name)
     if name.endswith((".__get__", ".__set__", ".__delete__")):
         return None
     for prefix, family in _PREFIXES:
@@ -129,6 +131,16 @@ def _resolve(func) -> tuple[str, str] | None:
             return family, op
     head, _, op = name.rpartition(".")
     return head or "Python", op
+
+
+def _own_torch_name(func, name: str) -> str:
+    """torch's name of a ``torch.*`` function by its own ``__name__`` where ``resolve_name`` gave an alias's:
+    equal builtins share one entry of torch's index (``torch.mm == torch.spmm``), so ``resolve_name(torch.mm)``
+    is ``torch.spmm``, where msprobe (which wraps ``torch.mm`` by name) has ``Torch.mm``."""
+    own = getattr(func, "__name__", None)
+    if own and own != name[6:] and getattr(torch, own, None) == func:
+        return f"torch.{own}"
+    return name
 
 
 def api_name(func, frame) -> tuple[str, str] | None:
