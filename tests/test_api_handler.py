@@ -474,3 +474,87 @@ def test_an_error_of_the_users_call_propagates_and_recording_goes_on(tmp_path, m
                                                         "Torch.relu.0.forward"]
     assert set(calls[calls.op == "mm"].io) == {"input"}
     assert not dbg.errors
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_a_node_hook_that_fires_once_recording_is_off_records_nothing(tmp_path, monkeypatch, c):
+    """stop() switches the recorder off before it removes the step's hooks; a backward in that window (another
+    thread's) must add no rows."""
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+    lin = nn.Linear(4, 4)
+    dbg.start(lin)
+    loss = lin(torch.randn(3, 4)).square().sum()
+    n = len(rec.rows)
+    rec.active = False  # what stop() does first
+    try:
+        loss.backward()
+        assert len(rec.rows) == n and lin.weight.grad is not None
+    finally:
+        rec.active = True
+        dbg.stop()
+        dbg.close()
+
+
+class _Seen(torch.Tensor):
+    """A user's tensor subclass that counts what its __torch_function__ sees."""
+
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _Seen.calls += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_a_node_hook_reads_a_subclass_gradient_without_its_torch_function(tmp_path, monkeypatch, c):
+    """The kit's own reads of a gradient (its rows, its statistics) go through no __torch_function__: a user's
+    subclass sees exactly the calls of the backward it sees without the kit."""
+    lin = nn.Linear(4, 4)
+    loss = lin(torch.randn(3, 4)).square().sum()
+    seed = torch.ones(()).as_subclass(_Seen)
+    _Seen.calls = 0
+    loss.backward(seed)
+    plain = _Seen.calls
+    dbg, rec = _recorder_of(tmp_path / "d", c, monkeypatch)
+    dbg.start(lin)  # the forward recorded: its nodes are hooked; then the backward, seeded by a subclass
+    loss = lin(torch.randn(3, 4)).square().sum()
+    seed = torch.ones(()).as_subclass(_Seen)
+    _Seen.calls = 0
+    loss.backward(seed)
+    dbg.stop()
+    dbg.close()
+    assert _Seen.calls == plain > 0
+    assert msprobe_nb.load(tmp_path / "d").calls.name.str.startswith("Tensor.sum.0.backward.input").any()
+
+
+_W = nn.Parameter(torch.randn(6, 6, generator=torch.Generator().manual_seed(3)))
+
+
+def _scaled(x):
+    """A user's function that torch function modes see (handle_torch_function), using a parameter it is not
+    given: its call's graph reaches a leaf that is not one of its inputs."""
+    if torch.overrides.has_torch_function((x,)):
+        return torch.overrides.handle_torch_function(_scaled, (x,), x)
+    return (x @ _W).relu()
+
+
+def _closure():
+    lin = nn.Linear(6, 6)
+    x = torch.randn(4, 6)
+
+    def step():
+        _scaled(lin(x)).sum().backward()
+    return lin, step
+
+
+def test_a_call_using_a_parameter_it_was_not_given_walks_the_same(tmp_path, monkeypatch):
+    """The walk never enters a leaf's accumulator that is not an input (it counts toward the node limit): with
+    the limit at the call's two nodes, its input's gradient is still read."""
+    from msprobe_nb.capture import api_backward
+    monkeypatch.setattr(api_backward, "MAX_NODES", 2)
+    monkeypatch.setattr(grad_hooks, "MAX_NODES", 2)
+    calls = _assert_same(tmp_path, _closure)
+    mine = calls[calls.op == "_scaled"]
+    assert set(mine.direction) == {"forward", "backward"}
+    assert (mine[mine.direction == "backward"].io == "output").any()  # the gradient of its input x

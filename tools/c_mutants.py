@@ -1,0 +1,207 @@
+"""Planted faults in the L1 handler's and API backward's C (issue 37): each one-line change is built into a copy of
+the repository and the tests that judge it run; a fault the tests do not fail is a gap, or is listed in
+``EQUIVALENT`` with why it cannot be seen.
+
+    python tools/c_mutants.py [--only NAME ...] [--keep]
+
+It copies the tree (without its virtual environments and build outputs) to a temporary folder, so the working
+tree and its built extensions are never touched; each fault costs one rebuild of what changed (setup.py build_ext) and one run of
+the tests below (about 10-20 s here).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py"]
+
+#: (file under msprobe_nb/capture/, name, original text (exactly once in the file), the fault)
+MUTANTS: list[tuple[str, str, str, str]] = [
+    ('_api_handler.c', 'counter',
+     'PyObject *next = PyNumber_Add(counter, k_one);',
+     'PyObject *next = Py_NewRef(counter);'),
+    ('_api_handler.c', 'parent',
+     '        parent = call != NULL ? PyObject_GetAttr(call, s_call) : NULL;',
+     '        parent = call != NULL ? Py_NewRef(s_empty) : NULL;'),
+    ('_api_handler.c', 'direction',
+     'direction = Py_NewRef(inside ? s_recompute : s_forward);',
+     'direction = Py_NewRef(s_forward);'),
+    ('_api_handler.c', 'operator',
+     'out = same ? PyTuple_Pack(2, s_tensor_family, dunder) : Py_NewRef(resolved);',
+     'out = Py_NewRef(resolved);'),
+    ('_api_handler.c', 'backward-skip',
+     '    return fn != Py_None;\n}',
+     '    return 0;\n}'),
+    ('_api_handler.c', 'positions',
+     'PyTuple_Pack(2, PyTuple_GET_ITEM(positions, i), key)',
+     'PyTuple_Pack(2, PyTuple_GET_ITEM(positions, 0), key)'),
+    ('_api_handler.c', 'mark-written',
+     'PyObject_RichCompareBool(now, version, Py_NE)',
+     'PyObject_RichCompareBool(now, version, Py_EQ)'),
+    ('_api_handler.c', 'share',
+     '    if (same && PyTuple_GET_SIZE(args)) {',
+     '    if (0 && same && PyTuple_GET_SIZE(args)) {'),
+    ('_api_handler.c', 'construct',
+     'orphan ? Py_None : parent',
+     'parent'),
+    ('_api_handler.c', 'consumed',
+     'r = custom > 0 ? call2(CTX(h, C_CONSUMED), node, PyTuple_GET_ITEM(key, 3)) : NULL;',
+     'r = custom > 0 ? Py_NewRef(Py_None) : NULL;'),
+    ('_api_handler.c', 'randomness',
+     '            slow = PySet_Contains(CTX(h, C_DRAWING), named);',
+     '            slow = 0;'),
+    ('_api_handler.c', 'stack-frame',
+     'sid = call1(CTX(h, C_STACK_ID), frame != NULL ? (PyObject *)frame : Py_None);',
+     'sid = call1(CTX(h, C_STACK_ID), Py_None);'),
+    ('_api_handler.c', 'custom-forward',
+     'int fwd = PyUnicode_Compare(code->co_name, s_forward) == 0;',
+     'int fwd = 0;'),
+    ('_api_handler.c', 'replaying',
+     '    int slow = truth(PyObject_GetAttr(mode, s_replaying));',
+     '    int slow = 0;'),
+    ('_api_calls.h', 'index',
+     'PyObject *after = idx != NULL ? PyNumber_Add(idx, k_one) : NULL;',
+     'PyObject *after = idx != NULL ? Py_NewRef(idx) : NULL;'),
+    ('_api_handler.c', 'kwargs-rows',
+     '            if (any < 0 || (any && add_rows(h, c, name, 0, kwargs, 1) < 0))',
+     '            if (any < 0)'),
+    ('_api_backward.c', 'seq-ge',
+     'int r = PyObject_RichCompareBool(sn, seq0, Py_GE);',
+     'int r = PyObject_RichCompareBool(sn, seq0, Py_GT);'),
+    ('_api_backward.c', 'edge-acc',
+     '        PyObject *key = id != NULL ? PyTuple_Pack(2, id, k_minus_one) : NULL;',
+     '        PyObject *key = id != NULL ? PyTuple_Pack(2, id, k_zero) : NULL;'),
+    ('_api_backward.c', 'counts',
+     '                if (!failed)\n                    counts[j] += 1;',
+     '                if (!failed)\n                    counts[j] += 2;'),
+    ('_api_backward.c', 'max-nodes',
+     'if (!failed && PySet_GET_SIZE(seen) > max_nodes)',
+     'if (!failed && PySet_GET_SIZE(seen) > 1)'),
+    ('_api_backward.c', 'no-walk-skip-acc',
+     '            if ((PyObject *)Py_TYPE(nxt) == CTX(ctx, C_ACCUMULATE_GRAD))\n                continue;',
+     ''),
+    ('_api_backward.c', 'emit-direct',
+     '            } else if (r->pending[j] == 0 && !held) {',
+     '            } else if (0) {'),
+    ('_api_backward.c', 'acc-sum',
+     '                    sum = PyNumber_Add(prev, g);',
+     '                    sum = Py_NewRef(g);'),
+    ('_api_backward.c', 'reset',
+     '    if (r->left <= 0) /* every node',
+     '    if (0) /* every node'),
+    ('_api_backward.c', 'bwd-share',
+     '    if (r->share && outs != NULL && PyTuple_GET_SIZE(outs) == 1) {',
+     '    if (0) {'),
+    ('_api_backward.c', 'open-index',
+     'r->stack_id,\n                        idx};',
+     'r->stack_id,\n                        k_zero};'),
+    ('_api_backward.c', 'bwd-construct',
+     '    if (has_parent > 0) {',
+     '    if (0) {'),
+    ('_api_backward.c', 'out-rows',
+     '        int failed = g == NULL || rows_of(r, 0, g, PyTuple_GET_ITEM(pair, 0)) < 0;',
+     '        int failed = g == NULL;'),
+    ('_api_backward.c', 'paths',
+     '    return rows_of(r, 1, g, PyTuple_GET_ITEM(r->paths, j));',
+     '    return rows_of(r, 1, g, PyTuple_GET_ITEM(r->paths, 0));'),
+    ('_api_backward.c', 'nodes-edges',
+     '        if (known < 0 || (!known && PyList_Append(nodes, key) < 0))',
+     '        if (known < 0)'),
+    ('_api_backward.c', 'wanted-first',
+     '        int failed = had < 0 || (!had && PyDict_SetItem(wanted, k2, jj) < 0);',
+     '        int failed = had < 0 || PyDict_SetItem(wanted, k2, jj) < 0;'),
+    ('_api_backward.c', 'active',
+     '    if (on <= 0)\n        return on < 0 ? NULL : Py_NewRef(Py_None);',
+     '    if (on < 0)\n        return NULL;'),
+    ('_api_backward.c', 'no-tf-off',
+     '    PyObject *entered = off != NULL ? PyObject_CallMethodNoArgs(off, s_enter) : NULL;',
+     '    PyObject *entered = off != NULL ? Py_NewRef(Py_None) : NULL;'),
+    ('_api_calls.h', 'fresh',
+     'PyList_GET_ITEM(calls, ks) != c;',
+     'PyList_GET_ITEM(calls, ks) == c;'),
+    ('_api_calls.h', 'is_kwarg',
+     '    PyObject *argv[] = {rows, value, prefix, k, base, io_code, is_kwarg ? Py_True : Py_False,',
+     '    PyObject *argv[] = {rows, value, prefix, k, base, io_code, Py_False,'),
+    ('_api_calls.h', 'prefix',
+     '    PyObject *argv[] = {rows, value, prefix, k, base,',
+     '    PyObject *argv[] = {rows, value, s_empty, k, base,'),
+    ('_api_calls.h', 'busy',
+     '    if (add_to(rec, s_busy, 1) < 0) {',
+     '    if (add_to(rec, s_busy, 0) < 0) {'),
+    ('_api_calls.h', 'fallback-kw',
+     '        PyObject *kwnames = PyTuple_Pack(3, s_prefix, s_is_kwarg, s_set_producer);',
+     '        PyObject *kwnames = PyTuple_Pack(3, s_prefix, s_set_producer, s_is_kwarg);'),
+]
+
+#: faults no test can see, and why
+EQUIVALENT = {
+    "direction": "the C path never runs inside autograd's backward: autograd runs nodes without the mode, and a "
+                 "reentrant checkpoint's replay (the one place the mode is pushed there) goes to ApiMode._recorded",
+    "construct": "a module call's name is never empty, so `parent or None` is the parent whenever the stack is not "
+                 "empty",
+}
+
+
+def _copy(dst: Path) -> None:
+    ignore = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", "*.so", ".pytest_cache")
+    shutil.copytree(ROOT, dst, ignore=ignore, symlinks=True)
+
+
+def run(only: list[str], keep: bool) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="c-mutants-"))
+    tree = tmp / "tree"
+    _copy(tree)
+    capture = tree / "msprobe_nb" / "capture"
+    gaps = []
+    try:
+        for file, name, old, new in MUTANTS:
+            if only and name not in only:
+                continue
+            path = capture / file
+            original = path.read_text()
+            if original.count(old) != 1:
+                print(f"{name}: its text occurs {original.count(old)} times in {file}, not once", flush=True)
+                gaps.append(name)
+                continue
+            path.write_text(original.replace(old, new))
+            try:
+                built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                                       capture_output=True, text=True)
+                if built.returncode:
+                    print(f"{name}: does not build\n{built.stderr[-800:]}", flush=True)
+                    gaps.append(name)
+                    continue
+                ran = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
+                                     cwd=tree, capture_output=True, text=True)
+                last = ran.stdout.strip().splitlines()[-1] if ran.stdout.strip() else ""
+                if ran.returncode:
+                    print(f"{name}: killed ({last})", flush=True)
+                elif name in EQUIVALENT:
+                    print(f"{name}: survived, equivalent: {EQUIVALENT[name]}", flush=True)
+                else:
+                    print(f"{name}: SURVIVED ({last})", flush=True)
+                    gaps.append(name)
+            finally:
+                path.write_text(original)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{len(gaps)} gap(s){': ' + ', '.join(gaps) if gaps else ''}")
+    return 1 if gaps else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="*", default=[], help="run only these faults, by name")
+    p.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
+    a = p.parse_args(argv)
+    return run(a.only, a.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
