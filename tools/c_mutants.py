@@ -5,8 +5,8 @@ the repository and the tests that judge it run; a fault the tests do not fail is
     python tools/c_mutants.py [--only NAME ...] [--keep]
 
 It copies the tree (without its virtual environments and build outputs) to a temporary folder, so the working
-tree and its built extensions are never touched; each fault costs one rebuild of what changed (setup.py build_ext) and one run of
-the tests below (about 10-20 s here).
+tree and its built extensions are never touched; each fault costs one rebuild of what changed (setup.py
+build_ext) and one run of the tests below (about 10-20 s here).
 """
 from __future__ import annotations
 
