@@ -1,6 +1,7 @@
 """Helpers shared by several test files (never test modules importing each other): calls tables built by hand
-for the many-rank tests, where the reference data beside the repository lives, and the real-browser harness
-(:class:`Lab`: JupyterLab and headless Chromium) of tests/test_browser*.py and benchmarks/bench_viewers.py."""
+for the many-rank tests, where the reference data beside the repository lives, the benchmark's real models as
+(model, step) makers, and the real-browser harness (:class:`Lab`: JupyterLab and headless Chromium) of
+tests/test_browser*.py and benchmarks/bench_viewers.py."""
 from __future__ import annotations
 
 import json
@@ -24,6 +25,24 @@ from msprobe_nb.store.schema import coerce_calls
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 #: msprobe's own two-rank dumps with collectives (../shared/interop)
 INTEROP = SHARED / "interop" / "msprobe-2rank-collectives"
+
+
+def real_model(name: str):
+    """``make()`` -> (model, one training step) of benchmarks/recording/real_models.py's ``name``, the same seed,
+    weights and batches each time; skips where transformers (or, for the UNet, diffusers) is missing."""
+    pytest.importorskip("transformers", reason="transformers is not installed (the models extra)")
+    if name == "unet":
+        pytest.importorskip("diffusers", reason="diffusers is not installed (the models extra)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from recording.real_models import build
+    finally:
+        sys.path.pop(0)
+
+    def make():
+        work = build(name, threads=0)
+        return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
+    return make
 
 
 def table(ranks: dict[int, list[tuple[str, dict[str, float]]]], step: int = 0, group: list[int] | None = None):

@@ -10,15 +10,14 @@ continuation), the randomness policy, msprobe's scope, list and data_mode filter
 """
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
+from helpers import real_model
 
 import msprobe_nb
 from msprobe_nb.capture import api_mode, c_contract, grad_hooks
@@ -94,22 +93,6 @@ def _gpt2():
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
     return model, step
-
-
-def _real(name):
-    pytest.importorskip("transformers", reason="transformers is not installed (the models extra)")
-    if name == "unet":
-        pytest.importorskip("diffusers", reason="diffusers is not installed (the models extra)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        from recording.real_models import build
-    finally:
-        sys.path.pop(0)
-
-    def make():
-        work = build(name, threads=0)
-        return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
-    return make
 
 
 def _record(tmp, make, c: bool, steps: int = 2, **options):
@@ -201,7 +184,7 @@ def test_the_tensor_task_records_the_same_with_either_handler(tmp_path):
 def test_real_models_record_the_same_with_either_handler(tmp_path, name):
     """Llama's activation checkpointing, BERT's bfloat16 autocast, T5, Mixtral's routing, ViT, ResNet's
     BatchNorm, the diffusers UNet: statistics L1, two steps each way."""
-    _assert_same(tmp_path, _real(name))
+    _assert_same(tmp_path, real_model(name))
 
 
 def _recorder_of(tmp, c: bool, monkeypatch):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import collections
 import math
-import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from helpers import real_model
 
 import msprobe_nb
 from msprobe_nb.capture import recorder as recorder_mod
@@ -406,19 +405,7 @@ def test_a_tensor_recording_is_the_same_with_either_row_builder(tmp_path, model)
 def test_real_models_record_the_same_with_either_row_builder(tmp_path, name):
     """The benchmark's real models (GPT-2 above): BERT's bfloat16 autocast, T5's encoder-decoder, Mixtral's
     routing, ViT, ResNet's BatchNorm, the diffusers UNet; statistics L1, two steps each way."""
-    pytest.importorskip("transformers", reason="transformers is not installed (the models extra)")
-    if name == "unet":
-        pytest.importorskip("diffusers", reason="diffusers is not installed (the models extra)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        from recording.real_models import build
-    finally:
-        sys.path.pop(0)
-
-    def make():
-        work = build(name, threads=0)  # the same seed: the same weights and batches each time
-        return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
-
+    make = real_model(name)
     c, py = _record(tmp_path / "c", "L1", True, make), _record(tmp_path / "py", "L1", False, make)
     assert len(c) == len(py) > 100
     # torch.empty's memory is whatever was there (Mixtral's routing makes one): its statistics differ by run
