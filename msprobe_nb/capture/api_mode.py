@@ -79,18 +79,16 @@ class ApiMode(TorchFunctionMode):
         calls back (bound once: they live as long as the recorder) and the tables it shares with Python."""
         rec = self.recorder
         return {
-            "mode": self, "recorder": rec, "lock_acquire": rec.lock.acquire, "lock_release": rec.lock.release,
-            "collectives": rec.collectives, "note_error": rec.note_error, "resolve": resolve_api,
+            **rec.c_parts(), "mode": self, "collectives": rec.collectives, "resolve": resolve_api,
             "operators": OPERATOR_AT, "operator_methods": OPERATOR_METHODS, "slow": self._recorded,
-            "drawing": DRAWING_APIS, "same_elements": SAME_ELEMENTS, "call_type": Call,
+            "drawing": DRAWING_APIS, "same_elements": SAME_ELEMENTS,
             "graph_task_id": torch._C._current_graph_task_id, "stack_id": rec.stack_id, "selected": rec.selected,
             "is_custom_forward": is_custom_forward, "forward_frame": rec.functions.forward_frame,
-            "grad_enabled": torch.is_grad_enabled, "sequence_nr": _sequence_nr, "tensor": torch.Tensor,
-            "positions": POSITIONS, "grad_inputs": grad_inputs, "checkpoint_node": _CHECKPOINT_NODE,
+            "grad_enabled": torch.is_grad_enabled, "sequence_nr": _sequence_nr, "positions": POSITIONS,
+            "grad_inputs": grad_inputs, "checkpoint_node": _CHECKPOINT_NODE,
             "replay_in_backward": self.replay_in_backward, "custom_node": BackwardCFunction,
-            "consumed": rec.functions.consumed, "add_rows": rec.add_rows, "io_input": rec._ios.codes["input"],
-            "io_output": rec._ios.codes["output"], "share_summary": rec.share_summary,
-            "mark_written": rec.mark_written, "attach_api_backward": rec.grads.attach_api_backward,
+            "consumed": rec.functions.consumed, "mark_written": rec.mark_written,
+            "attach_api_backward": rec.grads.attach_api_backward,
         }
 
     def replay_in_backward(self, node) -> None:

@@ -42,12 +42,9 @@ class GradientHooks:
         if _api_backward is None:
             return None
         if self._attach is None:
-            rec = self.recorder
             parts = {
-                "recorder": rec, "lock_acquire": rec.lock.acquire, "lock_release": rec.lock.release,
-                "note_error": rec.note_error, "add_rows": rec.add_rows, "io_input": rec._ios.codes["input"],
-                "io_output": rec._ios.codes["output"], "call_type": Call, "share_summary": rec.share_summary,
-                "tensor": torch.Tensor, "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
+                **self.recorder.c_parts(),
+                "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
                 "leaves": leaves, "no_torch_function": torch._C.DisableTorchFunction, "handles": self._handles,
                 "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES}
             self._attach = _api_backward.Attacher(c_contract.context(_api_backward, parts)).attach

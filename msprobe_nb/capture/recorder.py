@@ -99,6 +99,14 @@ class Recorder:
             "size_type": torch.Size, "scalar_text": SCALAR_TEXT, "host_copy": summ.host_copies_in_c()})
         self.reset_step()
 
+    def c_parts(self) -> dict[str, Any]:
+        """What both C halves of L1 recording (``_api_calls.h``: the handler and the API backward) call back and
+        compare with, by their context fields' names; each half adds its own."""
+        return {"recorder": self, "lock_acquire": self.lock.acquire, "lock_release": self.lock.release,
+                "note_error": self.note_error, "add_rows": self.add_rows, "io_input": self._ios.codes["input"],
+                "io_output": self._ios.codes["output"], "call_type": Call, "share_summary": self.share_summary,
+                "tensor": torch.Tensor}
+
     def working(self) -> _Working:
         """Hold the lock and mark the kit busy, so its own torch calls are not recorded."""
         return self._working
