@@ -644,17 +644,9 @@ done:
 
 static PyObject *Attacher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *ctx;
-    if ((kw != NULL && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(args, "O!:Attacher", &PyTuple_Type, &ctx)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "Attacher(ctx) takes no keywords");
+    PyObject *ctx = context_arg(args, kw, C_SIZE, "Attacher");
+    if (ctx == NULL)
         return NULL;
-    }
-    if (PyTuple_GET_SIZE(ctx) != C_SIZE) {
-        PyErr_Format(PyExc_ValueError, "Attacher: the context has %zd fields, expected %d", PyTuple_GET_SIZE(ctx),
-                     C_SIZE);
-        return NULL;
-    }
     if (!PyList_Check(CTX(ctx, C_HANDLES)) || !PyAnySet_Check(CTX(ctx, C_SAME_ELEMENTS))
         || !PyLong_Check(CTX(ctx, C_MAX_NODES))) {
         PyErr_SetString(PyExc_TypeError, "Attacher: handles must be a list, same_elements a set, max_nodes an int");
@@ -733,22 +725,9 @@ PyMODINIT_FUNC PyInit__api_backward(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    PyObject *fields = PyTuple_New(C_SIZE);
-    for (Py_ssize_t i = 0; fields != NULL && i < C_SIZE; i++) {
-        PyObject *n = PyUnicode_FromString(CONTEXT_NAMES[i]);
-        if (n == NULL) {
-            Py_CLEAR(fields);
-            break;
-        }
-        PyTuple_SET_ITEM(fields, i, n);
-    }
-    if (fields == NULL || PyModule_AddIntConstant(m, "ABI", API_BACKWARD_ABI) < 0
-        || PyModule_AddObjectRef(m, "CONTEXT_FIELDS", fields) < 0
-        || PyModule_AddObjectRef(m, "Attacher", (PyObject *)&AttacherType) < 0) {
-        Py_XDECREF(fields);
+    if (add_layout(m, API_BACKWARD_ABI, CONTEXT_NAMES, C_SIZE, "Attacher", &AttacherType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_DECREF(fields);
     return m;
 }

@@ -222,4 +222,45 @@ done:
     return failed;
 }
 
+/* The context tuple of a C type's constructor, `Type(ctx)` (a borrowed reference), checked to hold `size`
+   fields; NULL with TypeError or ValueError naming the type otherwise. */
+static PyObject *context_arg(PyObject *args, PyObject *kw, Py_ssize_t size, const char *type)
+{
+    if (kw != NULL && PyDict_GET_SIZE(kw) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s(ctx) takes no keywords", type);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != 1 || !PyTuple_Check(PyTuple_GET_ITEM(args, 0))) {
+        PyErr_Format(PyExc_TypeError, "%s(ctx) takes one tuple", type);
+        return NULL;
+    }
+    PyObject *ctx = PyTuple_GET_ITEM(args, 0);
+    if (PyTuple_GET_SIZE(ctx) != size) {
+        PyErr_Format(PyExc_ValueError, "%s: the context has %zd fields, expected %zd", type, PyTuple_GET_SIZE(ctx),
+                     size);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* The module's layout for c_contract.py: ABI and CONTEXT_FIELDS (names, in the context's order), and its type. */
+static int add_layout(PyObject *m, int abi, const char *const *names, Py_ssize_t n, const char *type_name,
+                      PyTypeObject *type)
+{
+    PyObject *fields = PyTuple_New(n);
+    for (Py_ssize_t i = 0; fields != NULL && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (name == NULL) {
+            Py_CLEAR(fields);
+            break;
+        }
+        PyTuple_SET_ITEM(fields, i, name);
+    }
+    int failed = fields == NULL || PyModule_AddIntConstant(m, "ABI", abi) < 0
+                 || PyModule_AddObjectRef(m, "CONTEXT_FIELDS", fields) < 0
+                 || PyModule_AddObjectRef(m, type_name, (PyObject *)type) < 0;
+    Py_XDECREF(fields);
+    return failed ? -1 : 0;
+}
+
 #endif

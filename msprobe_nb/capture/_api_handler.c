@@ -588,18 +588,9 @@ done:
 
 static PyObject *Handler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *ctx;
-    if (kw != NULL && PyDict_GET_SIZE(kw) != 0) {
-        PyErr_SetString(PyExc_TypeError, "Handler(ctx) takes no keywords");
+    PyObject *ctx = context_arg(args, kw, C_SIZE, "Handler");
+    if (ctx == NULL)
         return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "O!:Handler", &PyTuple_Type, &ctx))
-        return NULL;
-    if (PyTuple_GET_SIZE(ctx) != C_SIZE) {
-        PyErr_Format(PyExc_ValueError, "Handler: the context has %zd fields, expected %d", PyTuple_GET_SIZE(ctx),
-                     C_SIZE);
-        return NULL;
-    }
     if (!PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATORS)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATOR_METHODS))
         || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_DRAWING)) || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_SAME_ELEMENTS))
         || !PyTuple_Check(PyTuple_GET_ITEM(ctx, C_POSITIONS))) {
@@ -688,22 +679,9 @@ PyMODINIT_FUNC PyInit__api_handler(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    PyObject *fields = PyTuple_New(C_SIZE);
-    for (Py_ssize_t i = 0; fields != NULL && i < C_SIZE; i++) {
-        PyObject *n = PyUnicode_FromString(CONTEXT_NAMES[i]);
-        if (n == NULL) {
-            Py_CLEAR(fields);
-            break;
-        }
-        PyTuple_SET_ITEM(fields, i, n);
-    }
-    if (fields == NULL || PyModule_AddIntConstant(m, "ABI", API_HANDLER_ABI) < 0
-        || PyModule_AddObjectRef(m, "CONTEXT_FIELDS", fields) < 0
-        || PyModule_AddObjectRef(m, "Handler", (PyObject *)&HandlerType) < 0) {
-        Py_XDECREF(fields);
+    if (add_layout(m, API_HANDLER_ABI, CONTEXT_NAMES, C_SIZE, "Handler", &HandlerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_DECREF(fields);
     return m;
 }
