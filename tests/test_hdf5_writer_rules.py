@@ -307,6 +307,26 @@ def test_repeated_columns_are_reused_only_when_equal_and_of_the_same_type(tmp_pa
     assert calls["shape"].tolist()[:8] == [(1,), (2,), (1,), (2,), (1,), (3,), (1,), (3,)]
 
 
+def test_string_columns_with_missing_and_new_values_keep_every_id_across_steps(tmp_path):
+    """A column holding None is remembered like one of known strings; None, NaN, pandas' NA and "" read as "",
+    and a value that follows a None takes its own string, also where the step before was reused."""
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        w.write_step(0, {"value": ("x", None, "y")}, construct={"M.a": None, "M.b": "M.a"})
+        w.write_step(1, {"value": ("x", None, "y")}, construct={"M.a": None, "M.b": "M.a"})
+        w.write_step(2, {"value": ("x", "z", None)}, construct={"M.a": "M.b", "M.b": None})
+        w.write_step(3, {"value": ("x", float("nan"), pd.NA)})
+        w.write_step(4, {"value": ("x", float("nan"), pd.NA)})
+        w.write_step(5, {"value": ("", 7, "z")})
+        w.write_step(6, {"value": ("", 7.0, "z")})  # equal to step 5's tuple, but written as another string
+    dump = read_hdf5(d)
+    assert dump.calls["value"].tolist() == ["x", "", "y", "x", "", "y", "x", "z", "", "x", "", "", "x", "", "",
+                                            "", "7", "z", "", "7.0", "z"]
+    con = dump.meta["construct_by_step"]
+    assert con[0, 0] == {"M.a": None, "M.b": "M.a"} == con[0, 1]
+    assert con[0, 2] == {"M.a": "M.b", "M.b": None}
+
+
 # ------------------------------------------------------------------ stacks, construct, tensors
 def test_stacks_are_written_once_per_id_and_checked(tmp_path):
     d = tmp_path / "d"

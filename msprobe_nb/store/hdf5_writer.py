@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from contextlib import suppress
 from datetime import datetime, timezone
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -230,20 +231,23 @@ class DumpWriter:
             self._memo_new[key] = (values, ids)
         return ids
 
-    def _string_ids(self, col: str, values: Any) -> np.ndarray:
+    def _string_ids(self, col: str, values: Any, missing: int = 0) -> np.ndarray:
+        """Interned ids of a string column; a missing value (None, NaN, pandas' NA) becomes ``missing``
+        (``0``, the id of "", in the calls table; ``-1`` where the schema keeps "no value" apart)."""
         got = self._recall(col, values)
         if got is not None:
             return got
         vals = as_list(values)
-        ids = list(map(self._strings.get, vals))  # known strings without a Python-level loop
-        try:  # all known: no scan for None first (a scan costs as much as the conversion)
-            return self._remember(col, values, np.asarray(ids, dtype=np.int32))
-        except TypeError:  # new strings, or missing values (stored as "")
-            pass
-        for i in [i for i, k in enumerate(ids) if k is None]:
+        # known strings without a Python-level loop; -1 marks the rest (new strings and missing values)
+        ids = np.fromiter(map(self._strings.get, vals, repeat(-1)), np.int32, count=len(vals))
+        new = np.flatnonzero(ids < 0).tolist()
+        for i in new:
             v = vals[i]
-            ids[i] = 0 if is_missing(v) else self._intern(v if type(v) is str else str(v))
-        return np.asarray(ids, dtype=np.int32)
+            ids[i] = missing if is_missing(v) else self._intern(v if type(v) is str else str(v))
+        if not new or all(vals[i] is None for i in new):
+            # every value a known string or None: equal values next step mean equal ids
+            return self._remember(col, values, ids)
+        return ids
 
     def _shape_column(self, values: Any) -> np.ndarray:
         got = self._recall("shape", values)
@@ -402,8 +406,7 @@ class DumpWriter:
 
         parents = list(construct.values())
         con_call = self._string_ids("construct/call", list(construct))
-        con_parent = np.where(np.fromiter(map(is_missing, parents), bool, len(parents)), -1,
-                              self._string_ids("construct/parent", parents)).astype(np.int32)
+        con_parent = self._string_ids("construct/parent", parents, missing=-1)
 
         tens = []
         for name, t in tensors.items():
