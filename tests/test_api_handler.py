@@ -164,12 +164,88 @@ def test_a_reentrant_checkpoint_records_the_same_with_either_handler(tmp_path):
     {"scope": ["Tensor.__mul__.0.forward", "Functional.gelu.1.forward"]},  # the selection, call by call
     {"list": ["gelu", "Linear"]},
     {"data_mode": ["forward", "input"]},  # rows through Recorder.add_rows' own filter
-    {"seed": 7, "dropout_off": True, "host_random": True},  # the randomness policy: draws go to Python
+    {"seed": 7, "dropout_off": True, "host_random": True},  # the randomness policy, called from either handler
     {"summary_mode": "md5"},
     {"stack": False},
 ], ids=["scope", "list", "data_mode", "randomness", "md5", "no-stacks"])
 def test_the_options_record_the_same_with_either_handler(tmp_path, options):
     _assert_same(tmp_path, _own(), **options)
+
+
+class _Draws(nn.Module):
+    """Every way a call draws: a functional and a module dropout, attention's in-kernel dropout, factories on the
+    default and on a user's generator, in-place draws and ``*_like``, with and without gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.2)
+        self.gen = torch.Generator().manual_seed(3)
+
+    def forward(self, x):
+        h = self.drop(self.lin(x))
+        h = F.dropout(h, p=0.3, training=True) + torch.rand(h.shape, generator=self.gen)
+        q = h.view(2, 1, -1, 8)
+        h = F.scaled_dot_product_attention(q, q, q, dropout_p=0.25).reshape(-1, 8)
+        h = h + F.scaled_dot_product_attention(q, q, q, None, 0.25).reshape(-1, 8)  # dropout_p by position
+        h = h + torch.randn_like(h) * 0.1 + torch.randint(0, 3, h.shape).float()
+        with torch.no_grad():
+            noise = torch.empty_like(h).uniform_(-1, 1, generator=self.gen)
+        return F.dropout(h, p=0.0) * noise.sign() + torch.sigmoid(h).bernoulli()
+
+
+def _draws():
+    model = _Draws()
+    x = torch.randn(6, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    return model, step
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"seed": 5}, {"dropout_off": True}, {"host_random": True},
+    {"seed": 5, "dropout_off": True, "host_random": True},
+], ids=["default", "seed", "dropout-off", "host-random", "all"])
+def test_calls_that_draw_record_the_same_with_either_handler(tmp_path, options):
+    """The C handler calls the randomness policy itself: the rng columns, dropout turned off (arguments
+    changed before the input rows), host draws (another callable run) and the trained weights match Python's."""
+    calls = _assert_same(tmp_path, _draws, **options)
+    drawn = calls[calls.io == "input"].drop_duplicates("call")
+    assert set(drawn.rng) > {""} and drawn.rng_state.str.len().gt(0).any()
+    if options.get("dropout_off"):
+        assert "dropout-off" in set(drawn.rng)
+    if options.get("host_random"):
+        assert drawn.rng.str.startswith("host").any()
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.filterwarnings("ignore:msprobe_nb. no call was recorded")
+def test_a_randomness_policy_that_fails_leaves_the_draw_to_run_unrecorded(tmp_path, monkeypatch, c):
+    """The policy raises before a draw: the draw runs as the user wrote it, unrecorded, the failure is noted
+    with the call's name, and the draw's result is bitwise what it is without the kit."""
+    from msprobe_nb.capture import randomness
+    torch.manual_seed(0)
+    want = F.dropout(torch.ones(64), p=0.5)
+    if not c:
+        monkeypatch.setattr(api_mode, "_api_handler", None)
+        monkeypatch.setattr(grad_hooks, "_api_backward", None)
+
+    def broken(self, call, func, args, kwargs):
+        raise ValueError("policy broke")
+    monkeypatch.setattr(randomness.RandomPolicy, "before", broken)
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d")
+    torch.manual_seed(0)
+    with pytest.warns(RuntimeWarning, match="inputs of Functional.dropout: ValueError: policy broke"):
+        dbg.start()
+        got = F.dropout(torch.ones(64), p=0.5)
+        assert (dbg._api_mode._handle is not None) == c
+        dbg.stop()
+    assert torch.equal(got, want)
+    dbg.close()
 
 
 def test_gpt2_records_the_same_with_either_handler(tmp_path):

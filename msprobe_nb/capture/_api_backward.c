@@ -705,7 +705,8 @@ static PyTypeObject AttacherType = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_backward",
-                                    "One API call's backward rows and node hooks, in C.", -1, NULL};
+                                    "One API call's backward rows and node hooks, in C.", -1, NULL, NULL, NULL, NULL,
+                                    NULL};
 
 PyMODINIT_FUNC PyInit__api_backward(void)
 {

@@ -6,8 +6,10 @@
  * the CPython API; Python is reached for what must run there: the stack table, the row builder's own
  * fallbacks, the API backward's hooks, a custom Function's forward, and everything rare, which goes to
  * ApiMode._recorded, the Python handler's own continuation (a reentrant checkpoint's replay, collectives, the
- * L0/L2 randomness-only mode, host-side random draws). The Python handler stays as the fallback and gives the
- * same rows, names, counters, parents and stacks (tests/test_api_handler.py holds them equal).
+ * L0/L2 randomness-only mode). A call that draws random numbers stays here and calls the mode's RandomPolicy
+ * (its rng columns, dropout off, host draws) as the Python handler does. The Python handler stays as the
+ * fallback and gives the same rows, names, counters, parents and stacks (tests/test_api_handler.py holds them
+ * equal).
  *
  * The mode's __torch_function__ is still a Python function: dynamo inlines it while compiling (a C handler
  * would break the graph at every op), so it steps aside there and calls Handler.handle otherwise.
@@ -36,6 +38,7 @@ enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 
 static PyObject *s_active, *s_replaying, *s_record, *s_randomness, *s_pending, *s_poll, *s_api_counters;
+static PyObject *s_before;
 static PyObject *s_module_stack, *s_call, *s_select_all, *s_construct, *s_requires_grad, *s_grad_fn, *s_output_nr;
 static PyObject *s_version, *s_forward, *s_recompute, *s_tensor_family, *s_distributed, *s_input, *s_output;
 
@@ -355,11 +358,14 @@ static int may_have_backward(Handler *h, PyObject *out)
 }
 
 /* Everything from the input rows to the output rows of a call that is recorded the common way. */
+/* A recorded call: ``policy`` is the mode's RandomPolicy where the call draws random numbers (its ``before`` fills
+ * the call's rng columns and may change what runs and its arguments, as in ApiMode._recorded), else NULL. */
 static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameObject *frame, PyObject *args,
-                        PyObject *kwargs)
+                        PyObject *kwargs, PyObject *policy)
 {
     PyObject *family = PyTuple_GET_ITEM(resolved, 0), *op = PyTuple_GET_ITEM(resolved, 1);
     PyObject *c = NULL, *name = NULL, *inputs = NULL, *first = NULL, *version = NULL, *seq0 = NULL, *out = NULL;
+    PyObject *drawn = NULL; /* policy.before's (run, args, kwargs): args and kwargs then point into it */
     int dump = 0, grads = 0;
     if (enter(h) < 0)
         return NULL;
@@ -388,6 +394,20 @@ static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameO
     c = open_api(h, resolved, frame, &dump);
     if (c == NULL || (name = PyObject_GetAttr(c, s_call)) == NULL)
         goto inputs_failed;
+    if (policy != NULL) {
+        PyObject *kw = kwargs != NULL && kwargs != Py_None ? Py_NewRef(kwargs) : PyDict_New();
+        drawn = kw != NULL ? PyObject_CallMethodObjArgs(policy, s_before, c, func, args, kw, NULL) : NULL;
+        Py_XDECREF(kw);
+        if (drawn == NULL)
+            goto inputs_failed;
+        if (!PyTuple_Check(drawn) || PyTuple_GET_SIZE(drawn) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(drawn, 1))
+                || !PyDict_Check(PyTuple_GET_ITEM(drawn, 2))) {
+            PyErr_SetString(PyExc_TypeError, "RandomPolicy.before must give (callable, tuple, dict)");
+            goto inputs_failed;
+        }
+        args = PyTuple_GET_ITEM(drawn, 1);
+        kwargs = PyTuple_GET_ITEM(drawn, 2);
+    }
     if (dump) {
         grads = truth(PyObject_CallNoArgs(CTX(h, C_GRAD_ENABLED)));
         if (grads < 0)
@@ -441,7 +461,7 @@ run:
         out = call_func(func, args, kwargs);
         goto fail; /* not a failure: releases what was taken and returns out */
     }
-    out = call_func(func, args, kwargs);
+    out = call_func(drawn != NULL ? PyTuple_GET_ITEM(drawn, 0) : func, args, kwargs);
     if (out == NULL)
         goto fail;
     if (enter(h) < 0)
@@ -509,6 +529,7 @@ fail:
     Py_XDECREF(first);
     Py_XDECREF(version);
     Py_XDECREF(seq0);
+    Py_XDECREF(drawn);
     return out;
 }
 
@@ -545,7 +566,7 @@ static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t na
     }
     PyFrameObject *here = PyEval_GetFrame(); /* the mode's __torch_function__; its caller made the call */
     PyFrameObject *frame = here != NULL ? PyFrame_GetBack(here) : NULL;
-    PyObject *out = NULL, *named = NULL;
+    PyObject *out = NULL, *named = NULL, *policy = NULL;
     int slow = truth(PyObject_GetAttr(mode, s_replaying));
     if (slow == 0) {
         int record = truth(PyObject_GetAttr(mode, s_record));
@@ -564,12 +585,14 @@ static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t na
         } else {
             named = Py_NewRef(resolved);
         }
-        PyObject *policy = PyObject_GetAttr(mode, s_randomness);
+        policy = PyObject_GetAttr(mode, s_randomness);
         if (policy == NULL)
             goto done;
-        if (policy != Py_None)
-            slow = PySet_Contains(CTX(h, C_DRAWING), named);
-        Py_DECREF(policy);
+        int draws = policy != Py_None ? PySet_Contains(CTX(h, C_DRAWING), named) : 0;
+        if (draws <= 0)
+            Py_CLEAR(policy); /* record() is handed the policy only for a call that draws */
+        if (draws < 0)
+            slow = -1;
     }
     if (slow < 0)
         goto done;
@@ -577,9 +600,10 @@ static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t na
         PyObject *a[] = {func, resolved, frame != NULL ? (PyObject *)frame : Py_None, args, kwargs};
         out = PyObject_Vectorcall(CTX(h, C_SLOW), a, 5, NULL);
     } else {
-        out = record(h, func, named, frame, args, kwargs);
+        out = record(h, func, named, frame, args, kwargs, policy);
     }
 done:
+    Py_XDECREF(policy);
     Py_XDECREF(named);
     Py_XDECREF(frame);
     Py_DECREF(resolved);
@@ -659,14 +683,15 @@ static PyTypeObject HandlerType = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_handler",
-                                    "The L1 mode's handler of a recorded API call, in C.", -1, NULL};
+                                    "The L1 mode's handler of a recorded API call, in C.", -1, NULL, NULL, NULL, NULL,
+                                    NULL};
 
 #define INTERN API_INTERN
 
 PyMODINIT_FUNC PyInit__api_handler(void)
 {
     if (api_calls_init() < 0 || INTERN(s_active, "active") || INTERN(s_replaying, "replaying")
-        || INTERN(s_record, "record") || INTERN(s_randomness, "randomness") || INTERN(s_pending, "pending")
+        || INTERN(s_record, "record") || INTERN(s_randomness, "randomness") || INTERN(s_before, "before") || INTERN(s_pending, "pending")
         || INTERN(s_poll, "poll") || INTERN(s_api_counters, "api_counters") || INTERN(s_module_stack, "module_stack")
         || INTERN(s_call, "call") || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
         || INTERN(s_requires_grad, "requires_grad") || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr")

@@ -77,7 +77,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_mode_floor",
                                     "Empty torch function mode handlers in C (the floor of mode dispatch).", -1,
-                                    methods};
+                                    methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__mode_floor(void) {
     if (PyType_Ready(&PassthroughType) < 0) {

@@ -146,7 +146,7 @@ class ApiMode(TorchFunctionMode):
     def _recorded(self, func, resolved: tuple[str, str], frame, args: tuple, kwargs: dict | None):
         """A call to record, named ``resolved`` (before the caller's operator is read), made from ``frame``.
         The C handler comes here for the calls it does not record itself (a checkpoint's replay, collectives,
-        the randomness-only mode, host-side random draws)."""
+        the randomness-only mode). A call that draws runs in C too, which calls the randomness policy itself."""
         if kwargs is None:
             kwargs = {}
         rec = self.recorder
