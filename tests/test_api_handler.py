@@ -21,6 +21,7 @@ from helpers import real_model
 
 import msprobe_nb
 from msprobe_nb.capture import api_mode, c_contract, grad_hooks
+from msprobe_nb.capture.checkpoint_draws import LEFT_AS_DRAWN
 
 pytestmark = pytest.mark.skipif(api_mode._api_handler is None or grad_hooks._api_backward is None,
                                 reason="msprobe_nb.capture._api_handler / _api_backward are not built (no C "
@@ -194,28 +195,39 @@ class _Draws(nn.Module):
         return F.dropout(h, p=0.0) * noise.sign() + torch.sigmoid(h).bernoulli()
 
 
-def _draws():
-    model = _Draws()
-    x = torch.randn(6, 8)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def _draws(checkpointed: bool = False):
+    """``checkpointed``: the draws inside a non-reentrant activation checkpoint, which replays them in the
+    backward with the generator's state restored (unrecorded: autograd runs without the mode)."""
+    def make():
+        model = _Draws()
+        x = torch.randn(6, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step():
-        opt.zero_grad()
-        model(x).square().mean().backward()
-        opt.step()
-    return model, step
+        def step():
+            opt.zero_grad()
+            out = torch.utils.checkpoint.checkpoint(model, x, use_reentrant=False) if checkpointed else model(x)
+            out.square().mean().backward()
+            opt.step()
+        return model, step
+    return make
 
 
 @pytest.mark.parametrize("options", [
     {}, {"seed": 5}, {"dropout_off": True}, {"host_random": True},
     {"seed": 5, "dropout_off": True, "host_random": True},
 ], ids=["default", "seed", "dropout-off", "host-random", "all"])
-def test_calls_that_draw_record_the_same_with_either_handler(tmp_path, options):
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointed"])
+@pytest.mark.filterwarnings("ignore:msprobe_nb. dropout_off and host_random cannot reach")
+def test_calls_that_draw_record_the_same_with_either_handler(tmp_path, options, checkpointed):
     """The C handler calls the randomness policy itself: the rng columns, dropout turned off (arguments
-    changed before the input rows), host draws (another callable run) and the trained weights match Python's."""
-    calls = _assert_same(tmp_path, _draws, **options)
+    changed before the input rows), host draws (another callable run) and the trained weights match Python's;
+    inside a non-reentrant checkpoint both leave the draws as drawn (tests/test_randomness_checkpoint.py)."""
+    calls = _assert_same(tmp_path, _draws(checkpointed), **options)
     drawn = calls[calls.io == "input"].drop_duplicates("call")
     assert set(drawn.rng) > {""} and drawn.rng_state.str.len().gt(0).any()
+    if checkpointed and (options.get("dropout_off") or options.get("host_random")):  # recomputed outside the mode
+        assert drawn.rng.str.endswith(LEFT_AS_DRAWN).any()
+        return
     if options.get("dropout_off"):
         assert "dropout-off" in set(drawn.rng)
     if options.get("host_random"):

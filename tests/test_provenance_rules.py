@@ -349,6 +349,8 @@ def test_the_note_says_how_the_generators_compare(npu_state, bench_state, note):
     ("Torch", "rand", "cuda", "rand: draw it on the host and move it, e.g. torch.rand(..., device='cpu')"),
     ("Init", "xavier_uniform_", "cuda", "xavier_uniform_: draw it on the host and move it"),
     ("Torch", "rand", "xpu:0", "rand: draw it on the host and move it"),  # a device sorting after "python"
+    ("Functional", "dropout", "cuda:0 (left as drawn: checkpoint recompute)", "dropout: drawn inside an activation "
+     "checkpoint that dropout_off and host_random cannot reach; record at L1 or mix with use_reentrant=True"),
 ])
 def test_the_advice_fits_the_draw(family, op, rng, advice):
     call = f"{family}.{op}.0.forward"

@@ -61,6 +61,9 @@ def _advice(op: str, family: str, rng: str) -> str:
     if rng == "python" or rng == "numpy":
         return (f"{family}.{op}: seed Python's and numpy's generators identically on both machines "
                 "(msprobe_nb.seed_all(seed)) or move the draw out of the compared region")
+    if rng.endswith("(left as drawn: checkpoint recompute)"):
+        return (f"{op}: drawn inside an activation checkpoint that dropout_off and host_random cannot reach; "
+                "record at L1 or mix with use_reentrant=True, or without checkpointing, while aligning")
     if rng.startswith("custom"):
         return f"{op}: the draw uses your own torch.Generator: seed it identically on both machines"
     if op == "scaled_dot_product_attention":

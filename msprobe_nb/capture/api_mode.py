@@ -68,6 +68,8 @@ class ApiMode(TorchFunctionMode):
         super().__init__()
         self.recorder = recorder
         self.randomness = randomness  # msprobe_nb.capture.randomness.RandomPolicy or None
+        if randomness is not None and record:
+            randomness.replays_reentrant = True  # replay_in_backward pushes this mode for the recompute
         self.record = record  # False: only apply dropout-off / host-random (levels L0 and L2)
         self.replaying = 0  # > 0 while a reentrant checkpoint's backward runs under this mode
         # the C handler's entry, bound to this mode and recorder; None: the Python handler
@@ -109,15 +111,19 @@ class ApiMode(TorchFunctionMode):
         pushed: list = []
         mode = self
 
+        policy = self.randomness
+
         def pre(grad_outputs):
             if rec.active and not pushed:
                 mode.__enter__()
                 mode.replaying += 1
-                pushed.append(True)
+                # host draws of the region repeat from where its forward drew (capture/checkpoint_draws.py)
+                pushed.append(policy is not None and policy.host_states.enter(node, policy.host_generator))
 
         def post(grad_inputs, grad_outputs):
             if pushed:
-                pushed.pop()
+                if pushed.pop():
+                    policy.host_states.leave(policy.host_generator)
                 mode.replaying -= 1
                 mode.__exit__(None, None, None)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import random as _pyrandom
 import sys
+import warnings
 import zlib
 from collections.abc import Callable
 from types import ModuleType
@@ -27,6 +28,12 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from msprobe_nb.capture.checkpoint_draws import (
+    LEFT_AS_DRAWN,
+    HostStates,
+    in_non_reentrant_region,
+    reentrant_region_node,
+)
 from msprobe_nb.capture.random_apis import (
     ATTENTION_DROPOUTS,
     DRAWING_APIS,
@@ -96,6 +103,10 @@ class RandomPolicy:
         self.host_random = cfg.host_random
         self.host_generator = torch.Generator(device="cpu")
         self.host_generator.manual_seed(1234 if cfg.seed is None else cfg.seed)
+        # set by an ApiMode that records (L1, mix): it pushes itself for a reentrant checkpoint's recompute
+        self.replays_reentrant = False
+        self.host_states = HostStates()
+        self._warned_checkpoint = False
 
     recorder: Recorder | None = None  # set by the Debugger: where Python/numpy draws are recorded
 
@@ -164,22 +175,41 @@ class RandomPolicy:
         device = _target_device(args, kwargs)
         if key in ATTENTION_DROPOUTS:
             return self._attention(c, func, args, kwargs, device)
-        if key in DROPOUTS and self.dropout_off:
+        changes = (key in DROPOUTS and self.dropout_off) or (self.host_random and user_gen is None)
+        left = changes and self._recompute_unreachable()
+        if key in DROPOUTS and self.dropout_off and not left:
             args, kwargs = _zero_p(c.op, args, kwargs)
             c.rng = "dropout-off"
             return func, args, kwargs
         if key in DROPOUTS and not _dropout_draws(c.family, c.op, args, kwargs):
             c.rng = NO_DRAW  # p=0 or not training: the mask is never drawn, so no generator state to blame
             return func, args, kwargs
-        if self.host_random and user_gen is None:
+        if self.host_random and user_gen is None and not left:
             host = self.host_generator
+            if self.replays_reentrant:  # the recompute of a reentrant region draws again from here
+                self.host_states.note(reentrant_region_node(), host)
             c.rng = f"host (for {device})"
             c.rng_state = generator_digest(host)
             return _host_call(key, func, device, host), args, kwargs
         gen = user_gen if user_gen is not None else _default_generator(device)
-        c.rng = f"custom ({gen.device})" if user_gen is not None else str(device)
+        c.rng = f"custom ({gen.device})" if user_gen is not None else str(device) + (LEFT_AS_DRAWN if left else "")
         c.rng_state = generator_digest(gen)
         return func, args, kwargs
+
+    def _recompute_unreachable(self) -> bool:
+        """Whether a draw made now is recomputed outside the function mode (docs in capture/checkpoint_draws.py):
+        then dropout_off and host_random leave it as drawn, so that the recompute repeats it; warned once."""
+        if not (in_non_reentrant_region() or (not self.replays_reentrant and reentrant_region_node() is not None)):
+            return False
+        if not self._warned_checkpoint:
+            self._warned_checkpoint = True
+            warnings.warn(
+                "msprobe_nb: dropout_off and host_random cannot reach the recompute of this activation "
+                "checkpoint (torch.utils.checkpoint with use_reentrant=False, or any checkpoint at levels L0 and "
+                "L2): its draws are left as drawn, so that the recompute repeats them and the gradients stay "
+                "right; their rng column says 'left as drawn'. To change those draws too, record at L1 or mix "
+                "with use_reentrant=True, or without activation checkpointing.", RuntimeWarning, stacklevel=2)
+        return True
 
 
     def _attention(self, c, func, args, kwargs, device):
@@ -189,7 +219,8 @@ class RandomPolicy:
         p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
         if not p:
             return func, args, kwargs
-        if self.dropout_off:
+        left = self.dropout_off and self._recompute_unreachable()
+        if self.dropout_off and not left:
             if "dropout_p" in kwargs:
                 kwargs = dict(kwargs, dropout_p=0.0)
             else:
@@ -197,7 +228,7 @@ class RandomPolicy:
             c.rng = "dropout-off"
             return func, args, kwargs
         gen = _default_generator(device)
-        c.rng, c.rng_state = str(device), generator_digest(gen)
+        c.rng, c.rng_state = str(device) + (LEFT_AS_DRAWN if left else ""), generator_digest(gen)
         return func, args, kwargs
 
 
