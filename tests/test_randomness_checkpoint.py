@@ -171,3 +171,54 @@ def test_gpt2_with_gradient_checkpointing_trains_as_without_the_kit_or_as_unchec
         got = step("L1", True)
         want = step(None, True) if not reentrant else step("L1", False)
     assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.b(self.drop(self.a(x).relu())).tanh()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="no gloo in this build")
+@pytest.mark.parametrize("options", [{"dropout_off": True}, {"host_random": True}], ids=["dropout-off", "host-random"])
+def test_fsdp2_with_checkpoint_wrapper_trains_as_without_the_kit(tmp_path, options):
+    """FSDP2 (fully_shard, one rank) over blocks wrapped by torch.distributed's checkpoint_wrapper, whose
+    default is the non-reentrant checkpoint: the step is bitwise the kit-free step (dropout_off raised
+    CheckpointError before, host_random gave other gradients)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.fsdp import fully_shard
+
+    def step(kit: bool):
+        torch.manual_seed(0)
+        model = nn.Sequential(checkpoint_wrapper(_Block()), checkpoint_wrapper(_Block()), nn.Linear(8, 2))
+        for block in model[:2]:
+            fully_shard(block)
+        fully_shard(model)
+        x = torch.randn(4, 8)
+        dbg = msprobe_nb.Debugger(dump_path=tmp_path / f"d{kit}", level="L1", **options) if kit else None
+        if dbg is not None:
+            dbg.start(model)
+        torch.manual_seed(1)
+        try:
+            loss = model(x).square().mean()
+            loss.backward()
+        finally:
+            if dbg is not None:
+                dbg.stop()
+                dbg.close()
+        return loss.detach(), [p.grad.full_tensor() for p in model.parameters()]
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        want = step(False)
+        with pytest.warns(RuntimeWarning, match="left as drawn"):
+            got = step(True)
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
