@@ -45,6 +45,15 @@ def real_model(name: str):
     return make
 
 
+def enable_checkpointing(model, reentrant: bool) -> None:
+    """Hugging Face's activation checkpointing on ``model``: transformers 5 named it
+    ``activation_checkpointing_enable`` (the old name warns); older releases have the old name only."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+
+
 def table(ranks: dict[int, list[tuple[str, dict[str, float]]]], step: int = 0, group: list[int] | None = None):
     """{rank: [(call, {"input.0": v, "output.0": v}), ...]}: one tensor row per leaf, max v, min -v."""
     rows = []

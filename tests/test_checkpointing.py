@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
+from helpers import enable_checkpointing
 
 from msprobe_nb.analysis.compare import compare
 from msprobe_nb.debugger import Debugger
@@ -90,11 +91,8 @@ def test_llama_with_reentrant_checkpointing_records_the_layers_backward(tmp_path
         torch.manual_seed(0)
         model = tf.LlamaForCausalLM(cfg)
         model.train()
-        if ckpt:  # transformers 5 renamed it; older releases have the second name only
-            if hasattr(model, "activation_checkpointing_enable"):
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        if ckpt:
+            enable_checkpointing(model, reentrant=True)
         dbg = Debugger(dump_path=str(path), level="L1", task="statistics")
         dbg.start(model)
         model(input_ids=ids, labels=ids).loss.backward()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from helpers import enable_checkpointing
 
 import msprobe_nb as mp
 
@@ -376,7 +377,7 @@ def test_a_checkpointed_llama_is_monitored_bitwise_and_a_planted_gradient_is_nam
     def run(path, plant=False):
         torch.manual_seed(0)
         model = transformers.LlamaForCausalLM(cfg)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model, reentrant=False)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         mon = mp.Monitor(model, opt, dump_path=str(path), stats=("norm",), activations=r"^model\.layers\.\d+$",

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers import enable_checkpointing
 from torch.utils.checkpoint import checkpoint
 
 import msprobe_nb
@@ -148,7 +149,7 @@ def test_gpt2_with_gradient_checkpointing_trains_as_without_the_kit_or_as_unchec
                                       embd_pdrop=0.0, attn_pdrop=0.2, resid_pdrop=0.2)
         model = transformers.GPT2LMHeadModel(cfg).train()
         if ckpt:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            enable_checkpointing(model, reentrant)
         ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))
         dbg = None
         if level is not None:

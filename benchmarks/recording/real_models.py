@@ -88,7 +88,10 @@ def _llama():
     m = tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
                                            num_attention_heads=2, num_key_value_heads=1, vocab_size=VOCAB,
                                            max_position_embeddings=SEQ, use_cache=False))
-    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(m, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
+        m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return m
 
 
