@@ -88,6 +88,45 @@ def test_a_reentrant_region_repeats_the_changed_draws_in_its_recompute(options, 
     assert _same(plain, ckpt)
 
 
+class _Nested(nn.Module):
+    """A reentrant checkpoint inside another: the outer region's first host draw is made in the inner one."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner, self.out = _Region(), nn.Linear(8, 8)
+
+    def forward(self, x, checkpointed: bool):
+        h = checkpoint(self.inner, x, use_reentrant=True) if checkpointed else self.inner(x)
+        return F.dropout(self.out(h), p=0.3, training=True).sigmoid() * torch.rand(h.shape)
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_nested_reentrant_regions_repeat_their_host_draws(c):
+    """Each region's replay starts from its own first host draw, the outer one's included."""
+    def run(checkpointed: bool):
+        torch.manual_seed(0)
+        model = _Nested()
+        x = torch.randn(6, 8, requires_grad=True)
+        saved = api_mode._api_handler, grad_hooks._api_backward
+        if not c:
+            api_mode._api_handler = grad_hooks._api_backward = None
+        dbg = msprobe_nb.Debugger(dump_path=tempfile.mkdtemp(), level="L1", host_random=True, seed=4)
+        try:
+            dbg.start(model)
+            torch.manual_seed(1)
+            out = checkpoint(model, x, True, use_reentrant=True) if checkpointed else model(x, False)
+            out.square().mean().backward()
+        finally:
+            api_mode._api_handler, grad_hooks._api_backward = saved
+            dbg.stop()
+            dbg.close()
+        return out.detach(), out.square().mean().detach(), [x.grad] + [p.grad for p in model.parameters()]
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "msprobe_nb. no call was recorded")
+        assert _same(run(False), run(True))
+
+
 @pytest.mark.parametrize("options", OPTIONS, ids=IDS)
 @pytest.mark.parametrize("kind,level", [("non-reentrant", "L1"), ("non-reentrant", "mix"), ("non-reentrant", "L0"),
                                         ("reentrant", "L0")])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
 
 import torch
 import torch.utils.checkpoint as _checkpoint
@@ -45,15 +46,18 @@ def in_non_reentrant_region() -> bool:
     return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith(_NON_REENTRANT_PACK)
 
 
-def reentrant_region_node():
-    """The backward node (``CheckpointFunctionBackward``, the region's ``ctx``) of the reentrant checkpoint
-    whose forward is running now, or None."""
-    frame = sys._getframe(1)
+def reentrant_region_nodes() -> list:
+    """The backward nodes (``CheckpointFunctionBackward``, each region's ``ctx``) of the reentrant checkpoints
+    whose forward is running now, innermost first: a region nested in another belongs to both."""
+    nodes = []
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code is _REENTRANT_FORWARD:
-            return frame.f_locals.get("ctx")
+            ctx = frame.f_locals.get("ctx")
+            if ctx is not None:
+                nodes.append(ctx)
         frame = frame.f_back
-    return None
+    return nodes
 
 
 class HostStates:
@@ -65,10 +69,15 @@ class HostStates:
         self._first: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._outside: list[torch.Tensor] = []
 
-    def note(self, node, gen: torch.Generator) -> None:
-        """Before a host draw in ``node``'s region: keep the generator's state if it is the region's first."""
-        if node is not None and node not in self._first:
-            self._first[node] = gen.get_state()
+    def note(self, nodes: list, gen: torch.Generator) -> None:
+        """Before a host draw inside the regions of ``nodes``: keep the generator's state for each region whose
+        first host draw this is (an outer region's first draw may be made inside an inner one)."""
+        state = None
+        for node in nodes:
+            if node not in self._first:
+                if state is None:
+                    state = gen.get_state()
+                self._first[node] = state
 
     def enter(self, node, gen: torch.Generator) -> bool:
         """The recompute of ``node``'s region begins: draw from where its forward drew. False if it drew nothing

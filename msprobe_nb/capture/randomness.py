@@ -32,7 +32,7 @@ from msprobe_nb.capture.checkpoint_draws import (
     LEFT_AS_DRAWN,
     HostStates,
     in_non_reentrant_region,
-    reentrant_region_node,
+    reentrant_region_nodes,
 )
 from msprobe_nb.capture.random_apis import (
     ATTENTION_DROPOUTS,
@@ -187,7 +187,7 @@ class RandomPolicy:
         if self.host_random and user_gen is None and not left:
             host = self.host_generator
             if self.replays_reentrant:  # the recompute of a reentrant region draws again from here
-                self.host_states.note(reentrant_region_node(), host)
+                self.host_states.note(reentrant_region_nodes(), host)
             c.rng = f"host (for {device})"
             c.rng_state = generator_digest(host)
             return _host_call(key, func, device, host), args, kwargs
@@ -199,7 +199,7 @@ class RandomPolicy:
     def _recompute_unreachable(self) -> bool:
         """Whether a draw made now is recomputed outside the function mode (docs in capture/checkpoint_draws.py):
         then dropout_off and host_random leave it as drawn, so that the recompute repeats it; warned once."""
-        if not (in_non_reentrant_region() or (not self.replays_reentrant and reentrant_region_node() is not None)):
+        if not (in_non_reentrant_region() or (not self.replays_reentrant and reentrant_region_nodes())):
             return False
         if not self._warned_checkpoint:
             self._warned_checkpoint = True
