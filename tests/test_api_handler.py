@@ -21,7 +21,7 @@ from helpers import real_model
 
 import msprobe_nb
 from msprobe_nb.capture import api_mode, c_contract, grad_hooks
-from msprobe_nb.capture.checkpoint_draws import LEFT_AS_DRAWN
+from msprobe_nb.capture.random_apis import LEFT_AS_DRAWN
 
 pytestmark = pytest.mark.skipif(api_mode._api_handler is None or grad_hooks._api_backward is None,
                                 reason="msprobe_nb.capture._api_handler / _api_backward are not built (no C "

@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 import msprobe_nb
 from msprobe_nb.capture import api_mode, grad_hooks
-from msprobe_nb.capture.checkpoint_draws import LEFT_AS_DRAWN
+from msprobe_nb.capture.random_apis import LEFT_AS_DRAWN
 
 
 class _Region(nn.Module):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from msprobe_nb.analysis.divergence import Divergence, forward_of, user_frame
-from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, NOT_DRAWN, RANDOM_APIS
+from msprobe_nb.capture.random_apis import ATEN_DRAWS, DROPOUT_MODULES, LEFT_AS_DRAWN, NOT_DRAWN, RANDOM_APIS
 
 if TYPE_CHECKING:
     from msprobe_nb.analysis.compare import CompareResult
@@ -61,7 +61,7 @@ def _advice(op: str, family: str, rng: str) -> str:
     if rng == "python" or rng == "numpy":
         return (f"{family}.{op}: seed Python's and numpy's generators identically on both machines "
                 "(msprobe_nb.seed_all(seed)) or move the draw out of the compared region")
-    if rng.endswith("(left as drawn: checkpoint recompute)"):
+    if rng.endswith(LEFT_AS_DRAWN):
         return (f"{op}: drawn inside an activation checkpoint that dropout_off and host_random cannot reach; "
                 "record at L1 or mix with use_reentrant=True, or without checkpointing, while aligning")
     if rng.startswith("custom"):

@@ -31,9 +31,6 @@ _REENTRANT_FORWARD = _checkpoint.CheckpointFunction.forward.__code__
 _NON_REENTRANT_PACK = "_checkpoint_hook."
 _TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
 
-#: how the ``rng`` column names a draw left as drawn inside a region the policy cannot reach
-LEFT_AS_DRAWN = " (left as drawn: checkpoint recompute)"
-
 
 def in_non_reentrant_region() -> bool:
     """Whether tensors saved now will be recomputed by a non-reentrant ``torch.utils.checkpoint``."""

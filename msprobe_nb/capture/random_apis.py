@@ -28,6 +28,9 @@ ATTENTION_DROPOUTS = {("Functional", "scaled_dot_product_attention")}
 DRAWING_APIS = RANDOM_APIS | ATTENTION_DROPOUTS
 #: the ``rng`` recorded for a dropout call that draws no mask (``p=0``, or not training): never a random source
 NO_DRAW = "no draw"
+#: the end of the ``rng`` of a draw that dropout_off or host_random left as drawn because it is recomputed outside
+#: the function mode (activation checkpointing: capture/checkpoint_draws.py); the compare's advice reads it
+LEFT_AS_DRAWN = " (left as drawn: checkpoint recompute)"
 #: ``rng`` values of calls that drew nothing: not recorded as a draw, dropout switched off, or no mask drawn
 NOT_DRAWN = frozenset({"", "dropout-off", NO_DRAW})
 #: modules whose forward draws a mask (level L0 records modules only)

@@ -28,12 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from msprobe_nb.capture.checkpoint_draws import (
-    LEFT_AS_DRAWN,
-    HostStates,
-    in_non_reentrant_region,
-    reentrant_region_nodes,
-)
+from msprobe_nb.capture.checkpoint_draws import HostStates, in_non_reentrant_region, reentrant_region_nodes
 from msprobe_nb.capture.random_apis import (
     ATTENTION_DROPOUTS,
     DRAWING_APIS,
@@ -41,6 +36,7 @@ from msprobe_nb.capture.random_apis import (
     FACTORIES,
     INIT_DRAWS,
     INPLACE_DRAWS,
+    LEFT_AS_DRAWN,
     NO_DRAW,
     TENSOR_ARG_DRAWS,
 )
