@@ -4,6 +4,7 @@ for the many-rank tests, where the reference data beside the repository lives, t
 tests/test_browser*.py and benchmarks/bench_viewers.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -43,6 +44,21 @@ def real_model(name: str):
         work = build(name, threads=0)
         return work.model, lambda: work.train_step(work.model, work.optimizer, *work.make_batch())
     return make
+
+
+@contextlib.contextmanager
+def handlers(c: bool):
+    """Record with the L1 handler and API backward in C (``c``) or in Python, as where setup.py found no
+    compiler. The handler is chosen when a mode is made and the API backward at each call, so the whole
+    recorded step runs inside this block."""
+    from msprobe_nb.capture import api_mode, grad_hooks
+    saved = api_mode._api_handler, grad_hooks._api_backward
+    if not c:
+        api_mode._api_handler = grad_hooks._api_backward = None
+    try:
+        yield
+    finally:
+        api_mode._api_handler, grad_hooks._api_backward = saved
 
 
 def enable_checkpointing(model, reentrant: bool) -> None:

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
-from helpers import real_model
+from helpers import handlers, real_model
 
 import msprobe_nb
 from msprobe_nb.capture import api_mode, c_contract, grad_hooks
@@ -101,10 +101,7 @@ def _record(tmp, make, c: bool, steps: int = 2, **options):
     the model's loss-free state after it (its parameters) too, for the non-interference check."""
     torch.manual_seed(0)
     model, step = make()
-    saved = api_mode._api_handler, grad_hooks._api_backward
-    if not c:  # as where setup.py found no compiler
-        api_mode._api_handler = grad_hooks._api_backward = None
-    try:
+    with handlers(c):
         options.setdefault("level", "L1")
         dbg = msprobe_nb.Debugger(dump_path=tmp, **options)
         for _ in range(steps):
@@ -115,8 +112,6 @@ def _record(tmp, make, c: bool, steps: int = 2, **options):
         assert (dbg._api_mode is None or (dbg._api_mode._handle is not None) == c)
         errors = list(dbg.errors)
         dbg.close()
-    finally:
-        api_mode._api_handler, grad_hooks._api_backward = saved
     return msprobe_nb.load(tmp), [p.detach().clone() for p in model.parameters()], errors
 
 

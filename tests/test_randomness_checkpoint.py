@@ -14,11 +14,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers import enable_checkpointing
+from helpers import enable_checkpointing, handlers
 from torch.utils.checkpoint import checkpoint
 
 import msprobe_nb
-from msprobe_nb.capture import api_mode, grad_hooks
 from msprobe_nb.capture.random_apis import LEFT_AS_DRAWN
 
 
@@ -46,23 +45,20 @@ def _run(kind: str, level: str | None, c: bool = True, **options):
     torch.manual_seed(0)
     model = _Region()
     x = torch.randn(6, 8, requires_grad=True)
-    saved = api_mode._api_handler, grad_hooks._api_backward
-    if not c:
-        api_mode._api_handler = grad_hooks._api_backward = None
     dbg = None
-    try:
-        if level is not None:
-            dbg = msprobe_nb.Debugger(dump_path=tempfile.mkdtemp(), level=level, seed=11, **options)
-            dbg.start(model)
-        torch.manual_seed(1)
-        out = model(x) if kind == "none" else checkpoint(model, x, use_reentrant=kind == "reentrant")
-        loss = out.square().mean()
-        loss.backward()
-    finally:
-        api_mode._api_handler, grad_hooks._api_backward = saved
-        if dbg is not None:
-            dbg.stop()
-            dbg.close()
+    with handlers(c):
+        try:
+            if level is not None:
+                dbg = msprobe_nb.Debugger(dump_path=tempfile.mkdtemp(), level=level, seed=11, **options)
+                dbg.start(model)
+            torch.manual_seed(1)
+            out = model(x) if kind == "none" else checkpoint(model, x, use_reentrant=kind == "reentrant")
+            loss = out.square().mean()
+            loss.backward()
+        finally:
+            if dbg is not None:
+                dbg.stop()
+                dbg.close()
     return out.detach(), loss.detach(), [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
 
 
@@ -107,19 +103,16 @@ def test_nested_reentrant_regions_repeat_their_host_draws(c):
         torch.manual_seed(0)
         model = _Nested()
         x = torch.randn(6, 8, requires_grad=True)
-        saved = api_mode._api_handler, grad_hooks._api_backward
-        if not c:
-            api_mode._api_handler = grad_hooks._api_backward = None
         dbg = msprobe_nb.Debugger(dump_path=tempfile.mkdtemp(), level="L1", host_random=True, seed=4)
-        try:
-            dbg.start(model)
-            torch.manual_seed(1)
-            out = checkpoint(model, x, True, use_reentrant=True) if checkpointed else model(x, False)
-            out.square().mean().backward()
-        finally:
-            api_mode._api_handler, grad_hooks._api_backward = saved
-            dbg.stop()
-            dbg.close()
+        with handlers(c):
+            try:
+                dbg.start(model)
+                torch.manual_seed(1)
+                out = checkpoint(model, x, True, use_reentrant=True) if checkpointed else model(x, False)
+                out.square().mean().backward()
+            finally:
+                dbg.stop()
+                dbg.close()
         return out.detach(), out.square().mean().detach(), [x.grad] + [p.grad for p in model.parameters()]
 
     with warnings.catch_warnings():
