@@ -357,9 +357,9 @@ static int may_have_backward(Handler *h, PyObject *out)
     return fn != Py_None;
 }
 
-/* Everything from the input rows to the output rows of a call that is recorded the common way. */
-/* A recorded call: ``policy`` is the mode's RandomPolicy where the call draws random numbers (its ``before`` fills
- * the call's rng columns and may change what runs and its arguments, as in ApiMode._recorded), else NULL. */
+/* Everything from the input rows to the output rows of a call that is recorded the common way. ``policy`` is the
+ * mode's RandomPolicy where the call draws random numbers (its ``before`` fills the call's rng columns and may
+ * change what runs and its arguments, as in ApiMode._recorded), else NULL. */
 static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameObject *frame, PyObject *args,
                         PyObject *kwargs, PyObject *policy)
 {
