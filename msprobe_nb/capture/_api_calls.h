@@ -150,11 +150,11 @@ static int note_error(PyObject *note_fn, PyObject *where)
 }
 
 /* Recorder.add_rows(c, direction, io, value, prefix=..., is_kwarg=..., set_producer=...) for a call that dumps
-   (name: c.call; io_code: io's code in Recorder._ios): through the C row builder where the recorder uses it and
+   (name: c.call; base: the name the rows' paths extend; io_code: io's code in Recorder._ios): through the C row builder where the recorder uses it and
    no data_mode filter applies, else through add_rows itself (py_add_rows, which applies the filter). */
-static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObject *name, PyObject *direction,
-                      PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix, int is_kwarg,
-                      int set_producer)
+static int add_rows_base(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObject *name, PyObject *base,
+                         PyObject *direction, PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix,
+                         int is_kwarg, int set_producer)
 {
     int all = truth(PyObject_GetAttr(rec, s_all_data));
     if (all < 0)
@@ -177,7 +177,7 @@ static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObjec
     int failed = -1;
     PyObject *calls = PyObject_GetAttr(rec, s_calls), *slot = PyObject_GetAttr(c, s_slot);
     PyObject *rows = PyObject_GetAttr(rec, s_rows), *seen = PyObject_GetAttr(rec, s_seen);
-    PyObject *ctx = PyObject_GetAttr(rec, s_row_ctx), *base = NULL, *k = NULL;
+    PyObject *ctx = PyObject_GetAttr(rec, s_row_ctx), *k = NULL;
     if (calls == NULL || slot == NULL || rows == NULL || seen == NULL || ctx == NULL)
         goto done;
     if (!PyList_Check(calls) || !PyList_Check(rows)) {
@@ -191,8 +191,7 @@ static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObjec
     if (fresh)
         ks = ncalls;
     k = PyLong_FromSsize_t(ks);
-    base = PyUnicode_FromFormat("%U.%U", name, io);
-    if (k == NULL || base == NULL)
+    if (k == NULL)
         goto done;
     Py_ssize_t n = PyList_GET_SIZE(rows);
     PyObject *argv[] = {rows, value, prefix, k, base, io_code, is_kwarg ? Py_True : Py_False,
@@ -217,9 +216,22 @@ done:
     Py_XDECREF(rows);
     Py_XDECREF(seen);
     Py_XDECREF(ctx);
-    Py_XDECREF(base);
     Py_XDECREF(k);
     return failed;
+}
+
+/* add_rows_base for the rows' usual names, f"{c.call}.{io}" (every io but parameters_grad, named by the call). */
+static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObject *name, PyObject *direction,
+                      PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix, int is_kwarg,
+                      int set_producer)
+{
+    PyObject *base = PyUnicode_FromFormat("%U.%U", name, io);
+    if (base == NULL)
+        return -1;
+    int r = add_rows_base(rec, py_add_rows, c, name, base, direction, io, io_code, value, prefix, is_kwarg,
+                          set_producer);
+    Py_DECREF(base);
+    return r;
 }
 
 /* The context tuple of a C type's constructor, `Type(ctx)` (a borrowed reference), checked to hold `size`
