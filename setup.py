@@ -4,10 +4,12 @@
 * ``msprobe_nb.capture._stack_keys``: the key of a call's stack (CPython 3.11+);
 * ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values;
 * ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+);
-* ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it).
+* ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it);
+* ``msprobe_nb.capture._module_hooks``: the global module hooks' work (L0, mix, and L1's module stack).
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
-come from torch's reductions, a Python frame walk, Python row building and the Python handler (slower recording).
+come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks (slower
+recording).
 """
 import sys
 
@@ -25,7 +27,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],
                                 extra_compile_args=ARGS, optional=True))
-    for name in ("_api_handler", "_api_backward"):  # the two halves of L1 recording, sharing _api_calls.h
+    # the two halves of L1 recording and the module hooks, sharing _api_calls.h
+    for name in ("_api_handler", "_api_backward", "_module_hooks"):
         EXTENSIONS.append(Extension(f"msprobe_nb.capture.{name}", [f"msprobe_nb/capture/{name}.c"],
                                     depends=["msprobe_nb/capture/_api_calls.h"], extra_compile_args=ARGS,
                                     optional=True))

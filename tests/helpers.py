@@ -48,17 +48,17 @@ def real_model(name: str):
 
 @contextlib.contextmanager
 def handlers(c: bool):
-    """Record with the L1 handler and API backward in C (``c``) or in Python, as where setup.py found no
-    compiler. The handler is chosen when a mode is made and the API backward at each call, so the whole
-    recorded step runs inside this block."""
-    from msprobe_nb.capture import api_mode, grad_hooks
-    saved = api_mode._api_handler, grad_hooks._api_backward
+    """Record with the L1 handler, the API backward and the module hooks in C (``c``) or in Python, as where
+    setup.py found no compiler. The handler is chosen when a mode is made, the module hooks when recording
+    starts and the API backward at each call, so the whole recorded step runs inside this block."""
+    from msprobe_nb.capture import api_mode, grad_hooks, module_hooks
+    saved = api_mode._api_handler, grad_hooks._api_backward, module_hooks._module_hooks
     if not c:
-        api_mode._api_handler = grad_hooks._api_backward = None
+        api_mode._api_handler = grad_hooks._api_backward = module_hooks._module_hooks = None
     try:
         yield
     finally:
-        api_mode._api_handler, grad_hooks._api_backward = saved
+        api_mode._api_handler, grad_hooks._api_backward, module_hooks._module_hooks = saved
 
 
 def enable_checkpointing(model, reentrant: bool) -> None:

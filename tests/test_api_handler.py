@@ -131,6 +131,7 @@ def _assert_same(tmp_path, make, **options):
         same = (x == y).fillna(False) | (x.isna() & y.isna())
         assert same.all(), (col, list(a.loc[same[~same].index, "name"][:3]), list(x[~same][:3]), list(y[~same][:3]))
     assert c.stack_frames == py.stack_frames and c.tree == py.tree
+    assert c._parts.construct == py._parts.construct  # as stored: a top-level call's parent is missing, not ""
     assert all(torch.equal(u, v) for u, v in zip(pc, ppy))  # the model trained the same, bit for bit
     assert ec == epy
     return a
@@ -373,7 +374,8 @@ def test_a_context_of_the_wrong_shape_is_refused():
 
 @pytest.mark.parametrize("name,abi,fields,load", [
     ("_api_handler", "API_HANDLER_ABI", "HANDLER_FIELDS", "api_handler"),
-    ("_api_backward", "API_BACKWARD_ABI", "BACKWARD_FIELDS", "api_backward")])
+    ("_api_backward", "API_BACKWARD_ABI", "BACKWARD_FIELDS", "api_backward"),
+    ("_module_hooks", "MODULE_HOOKS_ABI", "MODULE_HOOKS_FIELDS", "module_hooks")])
 def test_the_built_halves_export_the_layout_python_expects(monkeypatch, name, abi, fields, load):
     """Each exports its ABI and context fields; a stale build (other fields, another ABI) is refused with a
     warning, and recording takes the Python path."""

@@ -32,6 +32,14 @@ API_BACKWARD_ABI = 1
 BACKWARD_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
                    "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function", "handles",
                    "same_elements", "max_nodes")
+#: ABI of _module_hooks (MODULE_HOOKS_ABI in _module_hooks.c)
+MODULE_HOOKS_ABI = 1
+#: what the C module hooks' context holds, by name (ModuleHooks builds it from these)
+MODULE_HOOKS_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
+                       "io_parameters", "call_type", "no_torch_function", "graph_task_id", "walked_id", "selected",
+                       "module_paths", "watch_parameters", "python_pre", "python_post", "records_modules",
+                       "grad_enabled", "leaves", "tensor", "backward_names", "backward_of", "grad_watch", "hook_tensor",
+                       "param_hooks", "io_parameters_grad")
 #: what the row builder's context holds, by name (Recorder builds it from these)
 CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
                   "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",
@@ -114,6 +122,11 @@ def api_handler() -> ModuleType | None:
 def api_backward() -> ModuleType | None:
     """``_api_backward`` where it is built with this ABI and context, else None (api_backward's classes)."""
     return _with_context("_api_backward", API_BACKWARD_ABI, BACKWARD_FIELDS)
+
+
+def module_hooks() -> ModuleType | None:
+    """``_module_hooks`` where it is built with this ABI and context, else None (the Python hooks)."""
+    return _with_context("_module_hooks", MODULE_HOOKS_ABI, MODULE_HOOKS_FIELDS)
 
 
 def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:

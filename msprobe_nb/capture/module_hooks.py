@@ -8,15 +8,21 @@ change how gradients accumulate (seed FAQ), while tensor hooks only read them.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 import torch.optim.optimizer as _optimizer
 from torch.nn.modules import module as _module
 
+from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.compiled import CompileWatch, compiled_name, is_compiled, uncompiled
+from msprobe_nb.capture.leaves import leaves
 from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
+_graph_task_id = torch._C._current_graph_task_id
+# optional C hooks (setup.py); None where they are not built or were built for another layout
+_module_hooks = c_contract.module_hooks()
 
 
 class ModuleHooks:
@@ -26,10 +32,12 @@ class ModuleHooks:
         self.recorder = recorder
         self.compile_watch = compile_watch or CompileWatch(recorder.cfg.compile, recorder.cfg.level)
         self._handles: list = []
+        self._c: Any = None  # the C hooks' Hooks, made at install where they are built
 
     def install(self) -> None:
         if self._handles:
             return
+        self._c = self._c_hooks()
         self._handles = [
             _module.register_module_forward_pre_hook(self._pre),
             _module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
@@ -41,11 +49,37 @@ class ModuleHooks:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._c = None
+
+    def _c_hooks(self) -> Any:
+        """The C hooks bound to this recorder (None: the Python bodies below)."""
+        if _module_hooks is None:
+            return None
+        rec = self.recorder
+        grads = rec.grads
+        paths = rec.module_paths.data  # type: ignore[attr-defined]  # the WeakKeyDictionary's dict (weakref keys)
+        parts = {**rec.c_parts(), "io_parameters": rec._ios.codes["parameters"],
+                 "no_torch_function": torch._C.DisableTorchFunction, "graph_task_id": _graph_task_id,
+                 "walked_id": rec.stacks.walked_id, "selected": rec.selected, "module_paths": paths,
+                 "watch_parameters": grads.watch_parameters, "python_pre": self._pre_py, "python_post": self._post_py,
+                 "records_modules": rec.cfg.level in ("L0", "mix"), "grad_enabled": torch.is_grad_enabled,
+                 "leaves": leaves, "backward_names": grads._backward_names, "backward_of": grads.backward_of,
+                 "grad_watch": grads._grad_watch, "hook_tensor": grads._hook_tensor, "param_hooks": grads._param_hooks,
+                 "io_parameters_grad": rec._ios.codes["parameters_grad"]}
+        return _module_hooks.Hooks(c_contract.context(_module_hooks, parts))
 
     # forward pre-hook: inputs before the module runs (in-place modules change them)
     def _pre(self, module, args):
         if _is_compiling():  # first: dynamo traces these hooks, and must see nothing of the recorder
             return None
+        c = self._c
+        if c is not None:
+            return c.pre(module, args)
+        return self._pre_py(module, args, sys._getframe(1))
+
+    def _pre_py(self, module, args, frame):
+        """The pre-hook's body in Python (``frame``: the frame that called the hook); the C hooks come here for
+        a module met for the first time, a root model and a torch.compile wrapper."""
         rec = self.recorder
         if not rec.active:
             return None
@@ -63,7 +97,7 @@ class ModuleHooks:
                     rec.module_stack.append((module, Call("", "Module", type(target).__name__, -1, "forward",
                                                           dump=False)))
                     return None
-                c = rec.open_module(target, path, sys._getframe(1))
+                c = rec.open_module(target, path, frame)
                 rec.add_rows(c, "forward", "input", args)
                 rec.module_stack.append((module, c))
             except Exception as exc:
@@ -77,6 +111,13 @@ class ModuleHooks:
         module's stack entry is only popped, and nothing is recorded as its output."""
         if _is_compiling():
             return None
+        c = self._c
+        if c is not None:
+            return c.post(module, args, *rest)
+        return self._post_py(module, args, *rest)
+
+    def _post_py(self, module, args, *rest):
+        """The forward hook's body in Python; the C hooks come here for a torch.compile wrapper."""
         rec = self.recorder
         if not rec.module_stack:
             return None
