@@ -1,6 +1,6 @@
-"""Planted faults in the L1 handler's and API backward's C (issue 37): each one-line change is built into a copy of
-the repository and the tests that judge it run; a fault the tests do not fail is a gap, or is listed in
-``EQUIVALENT`` with why it cannot be seen.
+"""Planted faults in the L1 handler's, the API backward's and the module hooks' C (issue 37): each one-line
+change is built into a copy of the repository and the tests that judge it run; a fault the tests do not fail
+is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
 
     python tools/c_mutants.py [--only NAME ...] [--keep]
 
@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py"]
+TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
+         "tests/test_module_hooks_c.py"]
 
 #: (file under msprobe_nb/capture/, name, original text (exactly once in the file), the fault)
 MUTANTS: list[tuple[str, str, str, str]] = [
@@ -145,6 +146,69 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('_api_calls.h', 'fallback-kw',
      '        PyObject *kwnames = PyTuple_Pack(3, s_prefix, s_is_kwarg, s_set_producer);',
      '        PyObject *kwnames = PyTuple_Pack(3, s_prefix, s_set_producer, s_is_kwarg);'),
+    ('_module_hooks.c', 'mh-counter',
+     '    next = PyNumber_Add(counter, k_one);',
+     '    next = Py_NewRef(counter);'),
+    ('_module_hooks.c', 'mh-parent',
+     '    return PyObject_GetAttr(PyTuple_GET_ITEM(top, 1), s_call);',
+     '    return Py_NewRef(s_empty);'),
+    ('_module_hooks.c', 'mh-direction',
+     'task != -1 ? s_recompute : s_forward',
+     's_forward'),
+    ('_module_hooks.c', 'mh-construct',
+     'PyUnicode_GET_LENGTH(parent) ? parent : Py_None',
+     'parent'),
+    ('_module_hooks.c', 'mh-kwargs',
+     'if (has_kwargs && add_rows_c(',
+     'if (0 && has_kwargs && add_rows_c('),
+    ('_module_hooks.c', 'mh-params',
+     'if (PyDict_GET_SIZE(params)',
+     'if (0 && PyDict_GET_SIZE(params)'),
+    ('_module_hooks.c', 'mh-producer',
+     'CTX(h, C_IO_OUTPUT), outs, s_empty, 0,\n                       1)',
+     'CTX(h, C_IO_OUTPUT), outs, s_empty, 0,\n                       0)'),
+    ('_module_hooks.c', 'mh-grad-skip',
+     'if (idx < 0 && is_output)',
+     'if (0 && is_output)'),
+    ('_module_hooks.c', 'mh-grad-io',
+     'CTX(h, is_output ? C_IO_OUTPUT : C_IO_INPUT)',
+     'CTX(h, C_IO_INPUT)'),
+    ('_module_hooks.c', 'mh-sides',
+     '{{s_input, o}, {s_output, in}}',
+     '{{s_output, o}, {s_input, in}}'),
+    ('_module_hooks.c', 'mh-pop',
+     'PyList_SetSlice(stack, i, PyList_GET_SIZE(stack), NULL)',
+     'PyList_SetSlice(stack, i + 1, PyList_GET_SIZE(stack), NULL)'),
+    ('_module_hooks.c', 'mh-root',
+     ' || PyUnicode_GET_LENGTH(path) == 0) {',
+     ') {'),
+    ('_module_hooks.c', 'mh-dump',
+     'PyObject_SetAttr(c, s_dump, dump ? Py_True : Py_False)',
+     'PyObject_SetAttr(c, s_dump, Py_True)'),
+    ('_module_hooks.c', 'mh-grad-index',
+     'int bad = taken == NULL || PyObject_SetAttr(b, s_index, taken) < 0;',
+     'int bad = taken == NULL;'),
+    ('_module_hooks.c', 'mh-stack-frame',
+     'PyObject *sid = call1(CTX(h, C_WALKED_ID), frame);',
+     'PyObject *sid = call1(CTX(h, C_WALKED_ID), Py_None);'),
+    ('_module_hooks.c', 'mh-grad-enabled',
+     'int on = truth(PyObject_CallNoArgs(CTX(h, C_GRAD_ENABLED)));',
+     'int on = 1;'),
+    ('_module_hooks.c', 'mh-param-counter',
+     '    next = PyNumber_Add(k, k_one);',
+     '    next = Py_NewRef(k);'),
+    ('_module_hooks.c', 'mh-param-base',
+     'c, name, name, s_parameters_grad',
+     'c, name, ph->key, s_parameters_grad'),
+    ('_module_hooks.c', 'mh-param-watch',
+     'int watch = PyObject_IsTrue(CTX(h, C_RECORDS_MODULES));',
+     'int watch = 0;'),
+    ('_module_hooks.c', 'mh-param-selected',
+     'int dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));',
+     'int dump = 1;'),
+    ('_module_hooks.c', 'mh-param-shared-index',
+     '    if (index != NULL)\n        Py_INCREF(index);\n    else if',
+     '    if (0)\n        Py_INCREF(index);\n    else if'),
 ]
 
 #: faults no test can see, and why
