@@ -53,10 +53,10 @@ def run_child(py: str, spec: dict, timeout: float) -> dict | None:
 
 
 def kernel_note() -> str:
-    """Which paths compute the kit's CPU statistics, stack keys, rows, L1 handler and API backward here: the
-    optional C extensions or their pure torch / Python fallbacks."""
+    """Which paths compute the kit's CPU statistics, stack keys, rows, L1 handler, API backward and module hooks
+    here: the optional C extensions or their pure torch / Python fallbacks."""
     try:
-        from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
+        from msprobe_nb.capture import api_mode, grad_hooks, module_hooks, recorder, stacks, stats
     except ImportError as exc:
         return f"unknown (msprobe_nb does not import: {exc})"
     # private module attributes: the package has no public way to ask whether its C extensions were built
@@ -65,7 +65,8 @@ def kernel_note() -> str:
              "stack keys: " + ("C walk" if stacks._stack_key is not None else "Python walk"),
              "rows: " + ("C" if recorder._build_rows is not None else "Python"),
              "L1 handler: " + ("C" if api_mode._api_handler is not None else "Python"),
-             "API backward: " + ("C" if grad_hooks._api_backward is not None else "Python")]
+             "API backward: " + ("C" if grad_hooks._api_backward is not None else "Python"),
+             "module hooks: " + ("C" if module_hooks._module_hooks is not None else "Python")]
     return "; ".join(parts)
 
 
