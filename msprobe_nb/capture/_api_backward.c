@@ -17,7 +17,8 @@
     X(C_NOTE_ERROR, "note_error") X(C_ADD_ROWS, "add_rows") X(C_IO_INPUT, "io_input") X(C_IO_OUTPUT, "io_output") \
     X(C_CALL_TYPE, "call_type") X(C_SHARE_SUMMARY, "share_summary") X(C_TENSOR, "tensor") \
     X(C_ACCUMULATE_GRAD, "accumulate_grad") X(C_LEAVES, "leaves") X(C_NO_TORCH_FUNCTION, "no_torch_function") \
-    X(C_HANDLES, "handles") X(C_SAME_ELEMENTS, "same_elements") X(C_MAX_NODES, "max_nodes")
+    X(C_HANDLES, "handles") X(C_SAME_ELEMENTS, "same_elements") X(C_MAX_NODES, "max_nodes") \
+    X(C_BACKWARD_NAME, "backward_name") X(C_BACKWARD_NAMES, "backward_names") X(C_BACKWARD_OF, "backward_of")
 #define AS_ENUM(id, name) id,
 #define AS_NAME(id, name) name,
 enum { CONTEXT(AS_ENUM) C_SIZE };
@@ -27,6 +28,7 @@ static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 static PyObject *s_active, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions, *s_variable, *s_register_hook;
 static PyObject *s_family, *s_op, *s_counter, *s_module_path, *s_stack_id, *s_construct, *s_backward, *s_input;
 static PyObject *s_output, *s_detach, *s_clone, *s_enter, *s_exit, *s_zero_path, *s_where, *s_call;
+static PyObject *s_parent, *s_dot_forward;
 
 /* ------------------------------------------------------------------ the backward of one call */
 typedef struct {
@@ -512,10 +514,45 @@ static int graph_edges(PyObject *ctx, PyObject *outputs, PyObject *wanted, PyObj
 }
 
 /* Attacher.attach(c, out, inputs, seq0, bname, parent): GradientHooks.attach_api_backward past its checks. */
+/* The backward's name and its parent's, as GradientHooks.attach_api_backward gives them: bname (a new reference)
+   from c.call, *parent (a new reference) the backward name of c.parent ("" without one); NULL on error. */
+static PyObject *backward_names(PyObject *ctx, PyObject *c, PyObject **parent)
+{
+    *parent = NULL;
+    PyObject *call = PyObject_GetAttr(c, s_call), *bname = NULL;
+    if (call == NULL)
+        return NULL;
+    int tail = PyUnicode_Check(call) ? (int)PyUnicode_Tailmatch(call, s_dot_forward, 0, PY_SSIZE_T_MAX, 1) : 0;
+    if (tail < 0)
+        goto done;
+    if (tail) { /* call[:-7] + "backward" */
+        PyObject *head = PyUnicode_Substring(call, 0, PyUnicode_GET_LENGTH(call) - 7);
+        bname = head != NULL ? PyUnicode_Concat(head, s_backward) : NULL;
+        Py_XDECREF(head);
+    } else {
+        bname = PyObject_CallOneArg(CTX(ctx, C_BACKWARD_NAME), call);
+    }
+    PyObject *p = bname != NULL ? PyObject_GetAttr(c, s_parent) : NULL;
+    int has = p != NULL ? PyObject_IsTrue(p) : -1;
+    if (has > 0) {
+        PyObject *hit = PyDict_GetItemWithError(CTX(ctx, C_BACKWARD_NAMES), p);
+        *parent = hit != NULL ? Py_NewRef(hit)
+                              : PyErr_Occurred() ? NULL : PyObject_CallOneArg(CTX(ctx, C_BACKWARD_OF), p);
+    } else if (has == 0) {
+        *parent = Py_NewRef(s_empty);
+    }
+    Py_XDECREF(p);
+    if (*parent == NULL)
+        Py_CLEAR(bname);
+done:
+    Py_DECREF(call);
+    return bname;
+}
+
 static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "attach(c, out, inputs, seq0, bname, parent)");
+    if (nargs != 6 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "attach(c, out, inputs, seq0[, bname, parent])");
         return NULL;
     }
     PyObject *ctx = a->ctx, *c = argv[0], *out = argv[1], *inputs = argv[2], *seq0 = argv[3];
@@ -580,8 +617,12 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
     if (rows == NULL)
         goto done;
     rows->ctx = Py_NewRef(ctx);
-    rows->bname = Py_NewRef(argv[4]);
-    rows->parent = Py_NewRef(argv[5]);
+    if (nargs == 6) {
+        rows->bname = Py_NewRef(argv[4]);
+        rows->parent = Py_NewRef(argv[5]);
+    } else { /* from the C handler: the names attach_api_backward would have given */
+        rows->bname = backward_names(ctx, c, &rows->parent);
+    }
     rows->family = PyObject_GetAttr(c, s_family);
     rows->op = PyObject_GetAttr(c, s_op);
     rows->counter = PyObject_GetAttr(c, s_counter);
@@ -596,8 +637,9 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
     rows->nodes = PyList_GET_SIZE(nodes);
     rows->share = 0;
     PyObject_GC_Track(rows);
-    if (rows->family == NULL || rows->op == NULL || rows->counter == NULL || rows->module_path == NULL
-        || rows->stack_id == NULL || rows->acc == NULL || rows->pending == NULL) {
+    if (rows->bname == NULL || rows->parent == NULL || rows->family == NULL || rows->op == NULL
+        || rows->counter == NULL || rows->module_path == NULL || rows->stack_id == NULL || rows->acc == NULL
+        || rows->pending == NULL) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         goto done;
@@ -688,7 +730,8 @@ static PyObject *Attacher_attach_checked(Attacher *a, PyObject *const *argv, Py_
 
 static PyMethodDef Attacher_methods[] = {
     {"attach", (PyCFunction)(void (*)(void))Attacher_attach_checked, METH_FASTCALL,
-     "attach(c, out, inputs, seq0, bname, parent): hook the nodes call c made, as attach_api_backward does."},
+     "attach(c, out, inputs, seq0[, bname, parent]): hook the nodes call c made, as attach_api_backward does "
+     "(without the names, from the C handler: they are found as attach_api_backward finds them)."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject AttacherType = {
@@ -710,7 +753,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_backward",
 
 PyMODINIT_FUNC PyInit__api_backward(void)
 {
-    if (api_calls_init() < 0 || API_INTERN(s_active, "active") || API_INTERN(s_grad_fn, "grad_fn")
+    if (api_calls_init() < 0 || API_INTERN(s_parent, "parent") || API_INTERN(s_dot_forward, ".forward")
+        || API_INTERN(s_active, "active") || API_INTERN(s_grad_fn, "grad_fn")
         || API_INTERN(s_output_nr, "output_nr") || API_INTERN(s_sequence_nr, "_sequence_nr")
         || API_INTERN(s_next_functions, "next_functions") || API_INTERN(s_variable, "variable")
         || API_INTERN(s_register_hook, "register_hook") || API_INTERN(s_family, "family") || API_INTERN(s_op, "op")

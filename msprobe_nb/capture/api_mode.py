@@ -90,7 +90,7 @@ class ApiMode(TorchFunctionMode):
             "grad_inputs": grad_inputs, "checkpoint_node": _CHECKPOINT_NODE,
             "replay_in_backward": self.replay_in_backward, "custom_node": BackwardCFunction,
             "consumed": rec.functions.consumed, "mark_written": rec.mark_written,
-            "attach_api_backward": rec.grads.attach_api_backward,
+            "attach_api_backward": rec.grads.handler_attach(),
         }
 
     def replay_in_backward(self, node) -> None:

@@ -31,7 +31,7 @@ API_BACKWARD_ABI = 1
 #: what the C API backward's context holds, by name (GradientHooks builds it from these)
 BACKWARD_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
                    "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function", "handles",
-                   "same_elements", "max_nodes")
+                   "same_elements", "max_nodes", "backward_name", "backward_names", "backward_of")
 #: ABI of _module_hooks (MODULE_HOOKS_ABI in _module_hooks.c)
 MODULE_HOOKS_ABI = 1
 #: what the C module hooks' context holds, by name (ModuleHooks builds it from these)

@@ -46,7 +46,8 @@ class GradientHooks:
                 **self.recorder.c_parts(),
                 "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
                 "leaves": leaves, "no_torch_function": torch._C.DisableTorchFunction, "handles": self._handles,
-                "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES}
+                "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES, "backward_name": _backward_name,
+                "backward_names": self._backward_names, "backward_of": self.backward_of}
             self._attach = _api_backward.Attacher(c_contract.context(_api_backward, parts)).attach
         return self._attach
 
@@ -83,6 +84,13 @@ class GradientHooks:
         rows = BackwardRows(recorder, graph, [p for p, _ in inputs or ()], open_call, (c.family, c.op) in SAME_ELEMENTS)
         for node in graph.nodes():
             self._handles.append(node.register_hook(rows.hook_for(node)))
+
+    def handler_attach(self) -> Any:
+        """What the C handler calls for a recorded call's backward: the C API backward's ``attach`` itself where
+        it is built (called without the names, which it finds as :meth:`attach_api_backward` does), else
+        :meth:`attach_api_backward`. The handler checked the call dumps and gradients are on."""
+        attach = self._c_attach()
+        return attach if attach is not None else self.attach_api_backward
 
     def backward_of(self, call: str) -> str:
         """The backward call name of a forward call (cached: the same names come back every step)."""
