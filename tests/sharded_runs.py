@@ -34,8 +34,8 @@ def _worker(rank: int, world: int, port: int, root: str, scenarios: list[str], c
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     if not c_paths:
-        from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
-        api_mode._api_handler = grad_hooks._api_backward = None
+        from msprobe_nb.capture import api_mode, grad_hooks, module_hooks, recorder, stacks, stats
+        api_mode._api_handler = grad_hooks._api_backward = module_hooks._module_hooks = None
         recorder._build_rows = None
         stacks._stack_key = None
         stats._fused_at = stats._int_at = stats._norms_into = None

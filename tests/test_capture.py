@@ -133,11 +133,13 @@ LEVELS = ["L0", "L1", "mix", "L2"]
 # ---------------------------------------------------------------- non-interference
 @pytest.fixture(params=["c", "python"])
 def fast_paths(request, monkeypatch):
-    """Both ways the kit reads tensors: the optional C kernel, stack walk, row builder, handler and API backward
-    where built, and the torch / Python fallbacks (the batch staging of small tensors runs only without the kernel)."""
+    """Both ways the kit reads tensors: the optional C kernel, stack walk, row builder, handler, API backward and
+    module hooks where built, and the torch / Python fallbacks (the batch staging of small tensors runs only
+    without the kernel)."""
     if request.param == "python":
         import msprobe_nb.capture.api_mode as api_mode_mod
         import msprobe_nb.capture.grad_hooks as grad_hooks_mod
+        import msprobe_nb.capture.module_hooks as module_hooks_mod
         import msprobe_nb.capture.recorder as recorder_mod
         import msprobe_nb.capture.stacks as stacks_mod
         import msprobe_nb.capture.stats as stats_mod
@@ -146,6 +148,7 @@ def fast_paths(request, monkeypatch):
         monkeypatch.setattr(recorder_mod, "_build_rows", None)
         monkeypatch.setattr(api_mode_mod, "_api_handler", None)
         monkeypatch.setattr(grad_hooks_mod, "_api_backward", None)
+        monkeypatch.setattr(module_hooks_mod, "_module_hooks", None)
     return request.param
 
 
