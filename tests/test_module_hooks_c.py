@@ -236,3 +236,28 @@ def _accumulating():
 def test_gradient_accumulation_counts_each_firing_with_either_hooks(tmp_path):
     calls = _assert_same(tmp_path, _accumulating(), level="L0")
     assert {"Module.0.Linear.parameters_grad.0", "Module.0.Linear.parameters_grad.1"} <= set(calls.call)
+
+
+def _compiled():
+    """A torch.compile'd model: its wrapper's hooks take the Python bodies, its modules (run eagerly under
+    ``compile="eager"``) the C ones, on one module stack."""
+    def make():
+        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+        cm = torch.compile(model)
+        x = torch.randn(4, 8)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+
+        def step():
+            opt.zero_grad()
+            cm(x).pow(2).mean().backward()
+            opt.step()
+        return cm, step
+    return make
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
+def test_a_compiled_model_run_eagerly_records_the_same_with_either_hooks(tmp_path, level):
+    calls = _assert_same(tmp_path, _compiled(), level=level, compile="eager")
+    assert {"Module.0.Linear.forward.0", "Module.3.Linear.backward.0"} <= set(calls.call)
+    assert not calls.call.str.contains("_orig_mod").any()
