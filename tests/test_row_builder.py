@@ -18,6 +18,7 @@ from helpers import real_model
 
 import msprobe_nb
 from msprobe_nb.capture import recorder as recorder_mod
+from msprobe_nb.capture import stats as stats_mod
 from msprobe_nb.capture.calls import Call
 from msprobe_nb.capture.stats import Summarizer
 from msprobe_nb.store.hdf5_reader import read_hdf5
@@ -297,9 +298,9 @@ def _record(tmp, level, c, make, task="statistics", dump=False):
     or (``c`` False) the Python loop (``dump``: the whole dump, to read its tensors)."""
     torch.manual_seed(0)
     model, run_step = make()
-    saved = recorder_mod._build_rows
-    if not c:
-        recorder_mod._build_rows = None  # as where setup.py found no compiler
+    saved = recorder_mod._build_rows, recorder_mod._split_rows, stats_mod._pack_stats
+    if not c:  # as where setup.py found no compiler: the rows, their columns and the statistics' array in Python
+        recorder_mod._build_rows = recorder_mod._split_rows = stats_mod._pack_stats = None
     try:
         dbg = msprobe_nb.Debugger(dump_path=tmp, level=level, task=task)
         for _ in range(2):
@@ -309,7 +310,7 @@ def _record(tmp, level, c, make, task="statistics", dump=False):
             dbg.step()
         dbg.close()
     finally:
-        recorder_mod._build_rows = saved
+        recorder_mod._build_rows, recorder_mod._split_rows, stats_mod._pack_stats = saved
     return msprobe_nb.load(tmp) if dump else read_hdf5(tmp).calls
 
 
@@ -412,3 +413,56 @@ def test_real_models_record_the_same_with_either_row_builder(tmp_path, name):
     garbage = c.op.str.startswith("empty") | c.producer.str.startswith("Torch.empty")
     assert (garbage == (py.op.str.startswith("empty") | py.producer.str.startswith("Torch.empty"))).all()
     _assert_same_columns(c[~garbage], py[~garbage])
+
+
+def _rows_of_every_kind() -> list[tuple]:
+    """A recorded step's rows: tensors (with and without gradients), None, values, NaN-marked numbers."""
+    rec = _recorder()
+    c = Call("Torch.f.0.forward", "Torch", "f", 0, "forward")
+    x = torch.randn(3, 4, requires_grad=True)
+    rec.add_rows(c, "forward", "input", (x, None, 2.5, "text", torch.arange(4), [x * 2, (1, True)]))
+    rec.add_rows(c, "forward", "output", {"y": x.sum(), "z": None}, set_producer=True)
+    return rec.rows
+
+
+def test_the_rows_split_into_the_same_columns_in_c_and_python(monkeypatch):
+    rows = _rows_of_every_kind()
+    cols, nums = recorder_mod._columns(rows)
+    monkeypatch.setattr(recorder_mod, "_split_rows", None)
+    want_cols, want_nums = recorder_mod._columns(rows)
+    assert set(nums) == set(want_nums) == set(recorder_mod._NUMERIC)
+    for f in recorder_mod._NUMERIC:
+        assert nums[f].dtype == want_nums[f].dtype == np.float64
+        np.testing.assert_array_equal(nums[f], want_nums[f])  # NaN where the row has no number
+    for f, i in recorder_mod._F.items():
+        if f not in recorder_mod._NUMERIC:
+            assert _same(list(cols[i]), list(want_cols[i])), f
+
+
+def test_a_row_split_cannot_take_goes_the_python_way():
+    rows = _rows_of_every_kind()
+    split = recorder_mod._split_rows
+    with pytest.raises(TypeError, match="tuple of the row's fields"):
+        split([*rows, rows[0][:-1]], recorder_mod._NUMERIC_AT, np.empty((9, len(rows) + 1)))
+    odd = (*rows[0][:5], "tensor", *rows[0][6:])  # a kind that is no number
+    with pytest.raises(TypeError, match="neither an int nor a float"):
+        split([odd], recorder_mod._NUMERIC_AT, np.empty((9, 1)))
+    with pytest.raises(ValueError, match="len\\(numeric\\) \\* len\\(rows\\)"):
+        split(rows, recorder_mod._NUMERIC_AT, np.empty((9, len(rows) + 1)))
+    with pytest.raises(ValueError, match="could not convert"):  # the Python way names what is wrong
+        recorder_mod._columns([odd])
+
+
+def test_the_statistics_pack_into_the_array_numpy_makes():
+    pack = stats_mod._pack_stats
+    values = [(1.0, -2.0, 0.5, 3.0, 0.0, 0.0, 0.0), (math.nan, math.inf, -math.inf, -0.0, 1.0, 2.0, 3.0)]
+    out = np.empty((2, 7))
+    assert pack(values, out) is True
+    np.testing.assert_array_equal(out, np.array(values))
+    assert np.signbit(out[1, 3])
+    assert pack([], np.empty((0, 7))) is True
+    for odd in ([values[0], None], [values[0], (1.0,) * 6], [values[0], (1, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0)],
+                [values[0], torch.zeros(7)]):
+        assert pack(odd, np.empty((2, 7))) is False  # the summarizer then converts the list itself
+    with pytest.raises(ValueError, match="7 doubles per entry"):
+        pack(values, np.empty((3, 7)))

@@ -201,7 +201,47 @@ static PyObject *int_stats_at(PyObject *self, PyObject *args)
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
+/* pack_stats(values, out): the step's statistics, a list of 7-tuples of floats, into out (a writable buffer of
+   7 * len(values) doubles) in one pass, where numpy.array(values) would discover the nesting first. True when
+   every entry was such a tuple; False as soon as one is not (a device tensor, a staged entry), out then holds
+   nothing of use and the caller converts the list itself. */
+static PyObject *pack_stats(PyObject *self, PyObject *args)
+{
+    PyObject *values;
+    Py_buffer out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!w*", &PyList_Type, &values, &out))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (out.len != 7 * n * (Py_ssize_t)sizeof(double) || (out.itemsize != 1 && out.itemsize != sizeof(double))) {
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "pack_stats() needs an output buffer of 7 doubles per entry");
+        return NULL;
+    }
+    double *dst = (double *)out.buf;
+    int packed = 1;
+    for (Py_ssize_t i = 0; packed && i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 7) {
+            packed = 0;
+            break;
+        }
+        for (Py_ssize_t j = 0; j < 7; j++) {
+            PyObject *x = PyTuple_GET_ITEM(v, j);
+            if (!PyFloat_CheckExact(x)) {
+                packed = 0;
+                break;
+            }
+            dst[7 * i + j] = PyFloat_AS_DOUBLE(x);
+        }
+    }
+    PyBuffer_Release(&out);
+    return PyBool_FromLong(packed);
+}
+
 static PyMethodDef methods[] = {
+    {"pack_stats", pack_stats, METH_VARARGS,
+     "pack_stats(values, out): a list of 7-tuples of floats into out (7 doubles each); False where one is not."},
     {"stats_at", stats_at, METH_VARARGS,
      "stats_at(address, n) -> (max, min, sum, norm) of the n float32 values at address (a tensor's data_ptr()),"
      " in one pass."},

@@ -647,7 +647,94 @@ static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t na
     return failed ? NULL : PyLong_FromSsize_t(r.added);
 }
 
+/* A number of a row as a double (what numpy.array(..., float64) makes of it): 0 on success, -1 with an error set
+   (the caller then takes the Python path, which says what was wrong). */
+static int as_double(PyObject *v, double *out)
+{
+    if (PyFloat_CheckExact(v)) {
+        *out = PyFloat_AS_DOUBLE(v);
+        return 0;
+    }
+    if (PyLong_Check(v)) { /* bool too */
+        double d = PyLong_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred())
+            return -1;
+        *out = d;
+        return 0;
+    }
+    if (PyFloat_Check(v)) {
+        *out = PyFloat_AS_DOUBLE(v);
+        return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "split_rows: a numeric field holds neither an int nor a float");
+    return -1;
+}
+
+/* split_rows(rows, numeric, out): the step's rows as columns in one pass (Recorder.materialize's zip(*rows) and
+   its numeric conversions): the fields whose indices are in numeric are written as float64 into out (a writable
+   buffer of len(numeric) * len(rows) doubles, field after field), every other field comes back as a list; the
+   result has one entry per field, None for the numeric ones. */
+static PyObject *split_rows(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *numeric;
+    Py_buffer out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!w*", &PyList_Type, &rows, &PyTuple_Type, &numeric, &out))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), m = PyTuple_GET_SIZE(numeric), width = ROW_ARITY;
+    PyObject *cols = NULL;
+    int slot[ROW_ARITY]; /* each field's row in out, or -1 */
+    for (Py_ssize_t f = 0; f < width; f++)
+        slot[f] = -1;
+    if (out.len != m * n * (Py_ssize_t)sizeof(double) || (out.itemsize != 1 && out.itemsize != sizeof(double))) {
+        PyErr_SetString(PyExc_ValueError, "split_rows() needs an output buffer of len(numeric) * len(rows) doubles");
+        goto fail;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Py_ssize_t f = PyLong_AsSsize_t(PyTuple_GET_ITEM(numeric, j));
+        if (f < 0 || f >= width) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "split_rows(): a numeric field index out of the row");
+            goto fail;
+        }
+        slot[f] = (int)j;
+    }
+    cols = PyList_New(width);
+    if (cols == NULL)
+        goto fail;
+    for (Py_ssize_t f = 0; f < width; f++) {
+        PyObject *col = slot[f] >= 0 ? Py_NewRef(Py_None) : PyList_New(n);
+        if (col == NULL)
+            goto fail;
+        PyList_SET_ITEM(cols, f, col);
+    }
+    double *dst = (double *)out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != width) {
+            PyErr_SetString(PyExc_TypeError, "split_rows(): every row must be a tuple of the row's fields");
+            goto fail;
+        }
+        for (Py_ssize_t f = 0; f < width; f++) {
+            PyObject *v = PyTuple_GET_ITEM(row, f);
+            if (slot[f] < 0)
+                PyList_SET_ITEM(PyList_GET_ITEM(cols, f), i, Py_NewRef(v));
+            else if (as_double(v, dst + (Py_ssize_t)slot[f] * n + i) < 0)
+                goto fail;
+        }
+    }
+    PyBuffer_Release(&out);
+    return cols;
+fail:
+    Py_XDECREF(cols);
+    PyBuffer_Release(&out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"split_rows", split_rows, METH_VARARGS,
+     "split_rows(rows, numeric, out): the rows as columns, the numeric fields as float64 into out, the others as"
+     " lists (None in their place for the numeric ones)."},
     {"build_rows", (PyCFunction)(void (*)(void))build_rows, METH_FASTCALL,
      "build_rows(rows, value, prefix, k, base, io, is_kwarg, set_producer, call, seen, ctx) appends the rows of"
      " the leaves of value, as Recorder.add_rows does, and returns how many."},

@@ -29,6 +29,7 @@ _kernel = c_contract.fused_stats()
 _fused_at = _kernel.stats_at if _kernel is not None else None
 _norms_into = _kernel.norms_into if _kernel is not None else None
 _int_at = _kernel.int_stats_at if _kernel is not None else None
+_pack_stats = getattr(_kernel, "pack_stats", None)  # a step's list of 7-tuples into one array, in one pass
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -412,8 +413,10 @@ class Summarizer:
         self._batches.flush(self._values)
         n = len(self._values)
         device_rows: dict[torch.device, list[int]] = {}
+        out = np.empty((n, 7), dtype=np.float64)
         try:  # all on the CPU: one conversion of the list of tuples
-            out = np.array(self._values, dtype=np.float64).reshape(n, 7)
+            if _pack_stats is None or not _pack_stats(self._values, out):
+                out = np.array(self._values, dtype=np.float64).reshape(n, 7)
         except (TypeError, ValueError):
             out = np.full((n, 7), np.nan)
             for i, v in enumerate(self._values):
