@@ -11,3 +11,7 @@ KIND_CODES: dict[str, int]
 def build_rows(rows: list[tuple[Any, ...]], value: Any, prefix: str, k: int, base: str, io: int, is_kwarg: bool,
                set_producer: bool, call: str, seen: dict[int, list[Any]], ctx: tuple[Any, ...]) -> int:
     """Appends one row per leaf of ``value`` to ``rows`` as ``Recorder.add_rows`` does; returns how many."""
+
+def split_rows(rows: list[tuple[Any, ...]], numeric: tuple[int, ...], out: Any) -> list[list[Any] | None]:
+    """The rows as columns: the fields at ``numeric`` written as float64 into ``out`` (one row of it per field),
+    every other field as a list (None in the numeric fields' places)."""
