@@ -221,8 +221,6 @@ MUTANTS: list[tuple[str, str, str, str]] = [
 EQUIVALENT = {
     "direction": "the C path never runs inside autograd's backward: autograd runs nodes without the mode, and a "
                  "reentrant checkpoint's replay (the one place the mode is pushed there) goes to ApiMode._recorded",
-    "construct": "a module call's name is never empty, so `parent or None` is the parent whenever the stack is not "
-                 "empty",
 }
 
 
