@@ -886,6 +886,50 @@ def test_the_c_stack_key_equals_the_python_walk():
     assert len(seen[1][0]) == stacks.KEY_BYTES_PER_FRAME * stacks.MAX_STACK_DEPTH
 
 
+def test_the_c_stack_ids_equal_the_python_methods(monkeypatch):
+    """StackTable's stack_id and walked_id in C (``_stack_keys.Ids``) give the ids, new stacks and last-frame
+    state of its Python methods, call after call: repeated calls from one frame and line, another line, a
+    generator frame (no shortcut), deep stacks, walked ids, None, and a table with stacks off."""
+    from msprobe_nb.capture import stacks
+    if stacks._Ids is None or stacks._stack_key is None:
+        pytest.skip("msprobe_nb.capture._stack_keys is not built (no C compiler at install, or Python < 3.11)")
+    tables, off = {"c": stacks.StackTable(True)}, [stacks.StackTable(False)]
+    monkeypatch.setattr(stacks, "_Ids", None)
+    tables["python"] = stacks.StackTable(True)
+    off.append(stacks.StackTable(False))
+    assert type(tables["c"].stack_id) is not type(tables["python"].stack_id)
+    got: dict[str, list] = {"c": [], "python": []}
+
+    def record(how="stack_id"):
+        f = sys._getframe(1)
+        for name, t in tables.items():
+            got[name].append(getattr(t, how)(f))
+
+    def deep(n):
+        return deep(n - 1) if n else record()
+
+    def gen():
+        for _ in range(2):  # one line of a generator, resumed from two places: two stacks
+            record()
+            yield
+
+    for _ in range(2):
+        record(); record()  # noqa: E702
+        record()
+        deep(stacks.MAX_STACK_DEPTH + 3)
+        g = gen()
+        next(g)
+        next(g)
+        record("walked_id")
+    for name, t in tables.items():
+        got[name] += [t.stack_id(None), t.walked_id(None)]
+        got[name].append((sorted(t._stack_ids.values()), {k: len(v) for k, v in t._new_stacks.items()},
+                          t._last_frame is not None, sorted(t._last_frame_sids.values())))
+    assert got["c"] == got["python"]
+    assert got["c"][-3:-1] == [-1, -1] and len(set(got["c"][:-3])) >= 5
+    assert all(t.stack_id(sys._getframe()) == t.walked_id(sys._getframe()) == -1 for t in off)
+
+
 def test_module_stacks_name_the_calling_line_of_their_parent(tmp_path):
     """A module hook's stack is looked up from the first frame above torch's module-call frames: siblings
     called from different lines, the same line in a loop, and a parent that is a generator resumed from two

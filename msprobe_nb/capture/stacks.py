@@ -31,6 +31,8 @@ _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_C
 # optional C walk (setup.py, CPython 3.11+): the same key as _walk_key, faster; None where not built or stale
 _stack_keys = c_contract.stack_keys()
 _stack_key = _stack_keys.stack_key if _stack_keys is not None else None
+# the same extension's stack_id / walked_id over a table's state (None: StackTable's own methods)
+_Ids = getattr(_stack_keys, "Ids", None)
 
 
 def _walk_key(frame) -> bytes:
@@ -66,6 +68,10 @@ class StackTable:
         self._last_frame_sids: dict[int, int] = {}
         self._codes: dict[int, Any] = {}
         self._new_stacks: dict[int, list[tuple[str, int, str]]] = {}
+        if _stack_key is not None and _Ids is not None:  # the C walk's ids, without a Python frame per call
+            ids = _Ids(self, MAX_STACK_DEPTH)
+            self.stack_id = ids.stack_id  # type: ignore[method-assign]
+            self.walked_id = ids.walked_id  # type: ignore[method-assign]
 
     def stack_id(self, frame: FrameType | None) -> int:
         """Id of the deduplicated stack above ``frame`` (kit frames left out); -1 when stacks are off.
