@@ -27,7 +27,7 @@ static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 
 static PyObject *s_active, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions, *s_variable, *s_register_hook;
 static PyObject *s_family, *s_op, *s_counter, *s_module_path, *s_stack_id, *s_construct, *s_backward, *s_input;
-static PyObject *s_output, *s_detach, *s_clone, *s_enter, *s_exit, *s_zero_path, *s_where, *s_call;
+static PyObject *s_output, *s_detach, *s_clone, *s_zero_path, *s_where, *s_call;
 static PyObject *s_parent, *s_dot_forward;
 
 /* ------------------------------------------------------------------ the backward of one call */
@@ -264,31 +264,16 @@ static PyObject *NodeHook_call(NodeHook *h, PyObject *args, PyObject *kw)
     int on = truth(PyObject_GetAttr(rec, s_active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
-    if (working_enter(CTX(ctx, C_LOCK_ACQUIRE), CTX(ctx, C_LOCK_RELEASE), rec) < 0)
+    PyObject *off;
+    if (working_off_enter(CTX(ctx, C_LOCK_ACQUIRE), CTX(ctx, C_LOCK_RELEASE), CTX(ctx, C_NO_TORCH_FUNCTION), rec, &off)
+        < 0)
         return NULL;
-    /* Recorder.working() also turns torch function handling off: the kit's reads go through no mode */
-    PyObject *off = PyObject_CallNoArgs(CTX(ctx, C_NO_TORCH_FUNCTION));
-    PyObject *entered = off != NULL ? PyObject_CallMethodNoArgs(off, s_enter) : NULL;
-    int failed = entered == NULL;
-    Py_XDECREF(entered);
-    if (!failed) {
-        Py_INCREF(h); /* the hook may be removed (and freed) by what it calls */
-        if (on_node(h->rows, h->outs, h->edges, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1)) < 0)
-            failed = note_error(CTX(ctx, C_NOTE_ERROR), Py_NewRef(s_where)) < 0; /* never break the backward */
-        Py_DECREF(h);
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *r = PyObject_CallMethodObjArgs(off, s_exit, Py_None, Py_None, Py_None, NULL);
-        if (r == NULL && et == NULL)
-            PyErr_Fetch(&et, &ev, &tb);
-        else if (r == NULL)
-            PyErr_Clear();
-        Py_XDECREF(r);
-        PyErr_Restore(et, ev, tb);
-        failed |= et != NULL;
-    }
-    Py_XDECREF(off);
-    if (working_leave(CTX(ctx, C_LOCK_RELEASE), rec) < 0 || failed)
+    int failed = 0;
+    Py_INCREF(h); /* the hook may be removed (and freed) by what it calls */
+    if (on_node(h->rows, h->outs, h->edges, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1)) < 0)
+        failed = note_error(CTX(ctx, C_NOTE_ERROR), Py_NewRef(s_where)) < 0; /* never break the backward */
+    Py_DECREF(h);
+    if (working_off_leave(CTX(ctx, C_LOCK_RELEASE), rec, off) < 0 || failed)
         return NULL;
     return Py_NewRef(Py_None);
 }
@@ -534,13 +519,10 @@ static PyObject *backward_names(PyObject *ctx, PyObject *c, PyObject **parent)
     }
     PyObject *p = bname != NULL ? PyObject_GetAttr(c, s_parent) : NULL;
     int has = p != NULL ? PyObject_IsTrue(p) : -1;
-    if (has > 0) {
-        PyObject *hit = PyDict_GetItemWithError(CTX(ctx, C_BACKWARD_NAMES), p);
-        *parent = hit != NULL ? Py_NewRef(hit)
-                              : PyErr_Occurred() ? NULL : PyObject_CallOneArg(CTX(ctx, C_BACKWARD_OF), p);
-    } else if (has == 0) {
+    if (has > 0)
+        *parent = cached(CTX(ctx, C_BACKWARD_NAMES), CTX(ctx, C_BACKWARD_OF), p);
+    else if (has == 0)
         *parent = Py_NewRef(s_empty);
-    }
     Py_XDECREF(p);
     if (*parent == NULL)
         Py_CLEAR(bname);
@@ -761,8 +743,8 @@ PyMODINIT_FUNC PyInit__api_backward(void)
         || API_INTERN(s_counter, "counter") || API_INTERN(s_module_path, "module_path")
         || API_INTERN(s_stack_id, "stack_id") || API_INTERN(s_construct, "construct")
         || API_INTERN(s_backward, "backward") || API_INTERN(s_input, "input") || API_INTERN(s_output, "output")
-        || API_INTERN(s_detach, "detach") || API_INTERN(s_clone, "clone") || API_INTERN(s_enter, "__enter__")
-        || API_INTERN(s_exit, "__exit__") || API_INTERN(s_zero_path, "0") || API_INTERN(s_where, "an API backward")
+        || API_INTERN(s_detach, "detach") || API_INTERN(s_clone, "clone")
+        || API_INTERN(s_zero_path, "0") || API_INTERN(s_where, "an API backward")
         || API_INTERN(s_call, "call"))
         return NULL;
     if (PyType_Ready(&RowsType) < 0 || PyType_Ready(&NodeHookType) < 0 || PyType_Ready(&AttacherType) < 0)

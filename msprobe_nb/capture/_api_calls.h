@@ -10,6 +10,7 @@
 
 static PyObject *s_busy, *s_all_data, *s_build_rows, *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_empty;
 static PyObject *s_dot, *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;
+static PyObject *s_enter, *s_exit;
 
 #define API_INTERN(var, text) ((var) = PyUnicode_InternFromString(text)) == NULL
 
@@ -19,7 +20,8 @@ static int api_calls_init(void)
         || API_INTERN(s_row_ctx, "_row_ctx") || API_INTERN(s_calls, "calls") || API_INTERN(s_rows, "rows")
         || API_INTERN(s_seen, "_seen") || API_INTERN(s_slot, "slot") || API_INTERN(s_empty, "")
         || API_INTERN(s_dot, ".") || API_INTERN(s_prefix, "prefix") || API_INTERN(s_is_kwarg, "is_kwarg")
-        || API_INTERN(s_set_producer, "set_producer") || API_INTERN(s_call_index, "call_index"))
+        || API_INTERN(s_set_producer, "set_producer") || API_INTERN(s_call_index, "call_index")
+        || API_INTERN(s_enter, "__enter__") || API_INTERN(s_exit, "__exit__"))
         return -1;
     if ((k_zero = PyLong_FromLong(0)) == NULL || (k_one = PyLong_FromLong(1)) == NULL
         || (k_minus_one = PyLong_FromLong(-1)) == NULL)
@@ -122,6 +124,54 @@ static int working_leave(PyObject *release, PyObject *rec)
         return -1;
     }
     return 0;
+}
+
+/* Recorder.working() whole, for the kit's hooks (they run outside any mode's handler): the lock and busy count,
+   and torch function handling off (no_torch_function: torch._C.DisableTorchFunction), so the kit's reads of
+   tensor attributes go through no mode. *off: what working_off_leave takes. */
+static inline int working_off_enter(PyObject *acquire, PyObject *release, PyObject *no_torch_function,
+                                    PyObject *rec, PyObject **off)
+{
+    if (working_enter(acquire, release, rec) < 0)
+        return -1;
+    *off = PyObject_CallNoArgs(no_torch_function);
+    PyObject *entered = *off != NULL ? PyObject_CallMethodNoArgs(*off, s_enter) : NULL;
+    if (entered == NULL) {
+        Py_CLEAR(*off);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        working_leave(release, rec);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    Py_DECREF(entered);
+    return 0;
+}
+
+/* The other half (it releases off); an exception already raised wins over its own. */
+static inline int working_off_leave(PyObject *release, PyObject *rec, PyObject *off)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodObjArgs(off, s_exit, Py_None, Py_None, Py_None, NULL);
+    Py_DECREF(off);
+    if (r == NULL && et == NULL)
+        PyErr_Fetch(&et, &ev, &tb);
+    else if (r == NULL)
+        PyErr_Clear();
+    Py_XDECREF(r);
+    PyErr_Restore(et, ev, tb);
+    return working_leave(release, rec) < 0 || PyErr_Occurred() ? -1 : 0;
+}
+
+/* cache.get(key), else fill(key) (which fills the cache itself): a new reference, NULL on error. */
+static inline PyObject *cached(PyObject *cache, PyObject *fill, PyObject *key)
+{
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit != NULL)
+        return Py_NewRef(hit);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(fill, key);
 }
 
 /* `except Exception as exc: rec.note_error(where, exc)` (where: a new reference, released here; NULL: an error

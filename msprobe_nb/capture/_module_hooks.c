@@ -35,7 +35,7 @@ enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 
 static PyObject *s_active, *s_module_stack, *s_counters, *s_select_all, *s_construct, *s_call, *s_dump;
-static PyObject *s_stack_id, *s_index, *s_module_path, *s_parameters_attr, *s_name, *s_enter, *s_exit;
+static PyObject *s_stack_id, *s_index, *s_module_path, *s_parameters_attr, *s_name;
 static PyObject *s_module, *s_forward, *s_recompute, *s_input, *s_output, *s_parameters, *s_eval_frame;
 static PyObject *s_grad_counters, *s_grad, *s_parameters_grad, *s_register_post_accumulate;
 static PyObject *s_optimized_module, *s_requires_grad, *s_op, *s_counter, *s_parent, *s_backward, *s_where;
@@ -98,39 +98,16 @@ static PyObject *known_path(Hooks *h, PyObject *module)
     return Py_NewRef(path);
 }
 
-/* Recorder.working() around the hook's body: the lock and busy count, and torch function handling off (the kit's
-   reads of tensor attributes go through no mode). *off: what to give leave_off. */
+/* Recorder.working() around a hook's body (_api_calls.h), with this recorder's parts */
 static int enter_working(Hooks *h, PyObject **off)
 {
-    PyObject *rec = CTX(h, C_RECORDER);
-    if (working_enter(CTX(h, C_LOCK_ACQUIRE), CTX(h, C_LOCK_RELEASE), rec) < 0)
-        return -1;
-    *off = PyObject_CallNoArgs(CTX(h, C_NO_TORCH_FUNCTION));
-    PyObject *entered = *off != NULL ? PyObject_CallMethodNoArgs(*off, s_enter) : NULL;
-    if (entered == NULL) {
-        Py_CLEAR(*off);
-        working_leave(CTX(h, C_LOCK_RELEASE), rec);
-        return -1;
-    }
-    Py_DECREF(entered);
-    return 0;
+    return working_off_enter(CTX(h, C_LOCK_ACQUIRE), CTX(h, C_LOCK_RELEASE), CTX(h, C_NO_TORCH_FUNCTION),
+                             CTX(h, C_RECORDER), off);
 }
 
-/* The other half; an exception already raised wins over its own. */
 static int leave_working(Hooks *h, PyObject *off)
 {
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallMethodObjArgs(off, s_exit, Py_None, Py_None, Py_None, NULL);
-    Py_DECREF(off);
-    if (r == NULL && et == NULL)
-        PyErr_Fetch(&et, &ev, &tb);
-    else if (r == NULL)
-        PyErr_Clear();
-    Py_XDECREF(r);
-    PyErr_Restore(et, ev, tb);
-    int failed = working_leave(CTX(h, C_LOCK_RELEASE), CTX(h, C_RECORDER)) < 0;
-    return failed || PyErr_Occurred() ? -1 : 0;
+    return working_off_leave(CTX(h, C_LOCK_RELEASE), CTX(h, C_RECORDER), off);
 }
 
 /* `except Exception as exc: rec.note_error(f"{what} of {type(module).__name__}", exc)` */
@@ -341,42 +318,20 @@ static PyObject *pop_module(PyObject *stack, PyObject *module)
 static PyObject *own_parameters(PyObject *module)
 {
     PyObject *params = PyObject_GetAttr(module, s_parameters_attr);
-    if (params == NULL)
-        return NULL;
-    PyObject *out = PyDict_New();
-    if (out == NULL || !PyDict_Check(params)) {
-        if (out != NULL) { /* a module whose _parameters is not a dict: the Python comprehension's way */
-            PyObject *items = PyMapping_Items(params);
-            Py_ssize_t n = items != NULL ? PyList_GET_SIZE(items) : 0;
-            for (Py_ssize_t i = 0; items != NULL && i < n; i++) {
-                PyObject *kv = PyList_GET_ITEM(items, i);
-                if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) {
-                    PyErr_SetString(PyExc_TypeError, "_parameters.items() must give pairs");
-                    Py_CLEAR(items);
-                    break;
-                }
-                if (PyTuple_GET_ITEM(kv, 1) != Py_None
-                    && PyDict_SetItem(out, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) < 0) {
-                    Py_CLEAR(items);
-                    break;
-                }
-            }
-            if (items == NULL)
-                Py_CLEAR(out);
-            Py_XDECREF(items);
-        }
-        Py_DECREF(params);
-        return out;
-    }
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(params, &pos, &k, &v)) {
-        if (v != Py_None && PyDict_SetItem(out, k, v) < 0) {
+    PyObject *items = params != NULL ? PyMapping_Items(params) : NULL;
+    PyObject *out = items != NULL ? PyDict_New() : NULL;
+    for (Py_ssize_t i = 0; out != NULL && i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) {
+            PyErr_SetString(PyExc_TypeError, "_parameters.items() must give pairs");
             Py_CLEAR(out);
-            break;
+        } else if (PyTuple_GET_ITEM(kv, 1) != Py_None
+                   && PyDict_SetItem(out, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) < 0) {
+            Py_CLEAR(out);
         }
     }
-    Py_DECREF(params);
+    Py_XDECREF(params);
+    Py_XDECREF(items);
     return out;
 }
 
@@ -535,10 +490,7 @@ static PyObject *grad_leaves(Hooks *h, PyObject *value)
 /* GradientHooks.backward_of(call): the cached backward name of a forward call (a new reference). */
 static PyObject *backward_of(Hooks *h, PyObject *call)
 {
-    PyObject *hit = PyDict_GetItemWithError(CTX(h, C_BACKWARD_NAMES), call);
-    if (hit != NULL)
-        return Py_NewRef(hit);
-    return PyErr_Occurred() ? NULL : call1(CTX(h, C_BACKWARD_OF), call);
+    return cached(CTX(h, C_BACKWARD_NAMES), CTX(h, C_BACKWARD_OF), call);
 }
 
 /* One consumer more for tensor t: its hook made (and its watch entry) on first sight this step. */
@@ -1031,7 +983,7 @@ PyMODINIT_FUNC PyInit__module_hooks(void)
         || INTERN(s_counters, "counters") || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
         || INTERN(s_call, "call") || INTERN(s_dump, "dump") || INTERN(s_stack_id, "stack_id")
         || INTERN(s_index, "index") || INTERN(s_module_path, "module_path") || INTERN(s_parameters_attr, "_parameters")
-        || INTERN(s_name, "__name__") || INTERN(s_enter, "__enter__") || INTERN(s_exit, "__exit__")
+        || INTERN(s_name, "__name__")
         || INTERN(s_module, "Module") || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute")
         || INTERN(s_input, "input") || INTERN(s_output, "output") || INTERN(s_parameters, "parameters")
         || INTERN(s_eval_frame, "torch._dynamo.eval_frame") || INTERN(s_optimized_module, "OptimizedModule")
