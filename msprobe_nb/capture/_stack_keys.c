@@ -68,25 +68,21 @@ typedef struct {
 
 static PyObject *s_enabled, *s_stack_ids, *s_new_stack, *s_last_frame, *s_last_frame_sids;
 
-/* -1 as a new reference when stacks are off or there is no frame; NULL otherwise (no error set) */
-static PyObject *off_or_none(Ids *ids, PyObject *frame, int *off)
+/* 1 when the call has no stack id (-1): stacks are off or there is no frame; 0 when it has one; -1 on error. */
+static int no_stack(Ids *ids, PyObject *frame)
 {
-    *off = 1;
     if (frame == Py_None)
-        return PyLong_FromLong(-1);
+        return 1;
     PyObject *on = PyObject_GetAttr(ids->table, s_enabled);
     int enabled = on != NULL ? PyObject_IsTrue(on) : -1;
     Py_XDECREF(on);
-    if (enabled < 0)
-        return NULL;
-    if (!enabled)
-        return PyLong_FromLong(-1);
+    if (enabled <= 0)
+        return enabled < 0 ? -1 : 1;
     if (!PyFrame_Check(frame)) {
         PyErr_SetString(PyExc_TypeError, "a stack id needs a frame or None");
-        return NULL;
+        return -1;
     }
-    *off = 0;
-    return NULL;
+    return 0;
 }
 
 static PyObject *walk_id(Ids *ids, PyObject *frame)
@@ -112,19 +108,17 @@ static PyObject *walk_id(Ids *ids, PyObject *frame)
 
 static PyObject *Ids_walked_id(Ids *ids, PyObject *frame)
 {
-    int off;
-    PyObject *r = off_or_none(ids, frame, &off);
-    return off ? r : walk_id(ids, frame);
+    int none = no_stack(ids, frame);
+    return none ? (none < 0 ? NULL : PyLong_FromLong(-1)) : walk_id(ids, frame);
 }
 
 #define RESUMABLE (CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
 
 static PyObject *Ids_stack_id(Ids *ids, PyObject *frame)
 {
-    int off;
-    PyObject *r = off_or_none(ids, frame, &off);
-    if (off)
-        return r;
+    int none = no_stack(ids, frame);
+    if (none)
+        return none < 0 ? NULL : PyLong_FromLong(-1);
     PyObject *table = ids->table, *lasti = NULL, *sids = NULL, *sid = NULL;
     PyObject *last = PyObject_GetAttr(table, s_last_frame);
     if (last == NULL)
