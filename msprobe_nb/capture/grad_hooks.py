@@ -45,7 +45,7 @@ class GradientHooks:
             parts = {
                 **self.recorder.c_parts(),
                 "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
-                "leaves": leaves, "no_torch_function": torch._C.DisableTorchFunction, "handles": self._handles,
+                "handles": self._handles,
                 "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES, "backward_name": _backward_name,
                 "backward_names": self._backward_names, "backward_of": self.backward_of}
             self._attach = _api_backward.Attacher(c_contract.context(_api_backward, parts)).attach

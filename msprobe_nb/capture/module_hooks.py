@@ -16,7 +16,6 @@ from torch.nn.modules import module as _module
 
 from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.compiled import CompileWatch, compiled_name, is_compiled, uncompiled
-from msprobe_nb.capture.leaves import leaves
 from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
@@ -59,11 +58,11 @@ class ModuleHooks:
         grads = rec.grads
         paths = rec.module_paths.data  # type: ignore[attr-defined]  # the WeakKeyDictionary's dict (weakref keys)
         parts = {**rec.c_parts(), "io_parameters": rec._ios.codes["parameters"],
-                 "no_torch_function": torch._C.DisableTorchFunction, "graph_task_id": _graph_task_id,
+                 "graph_task_id": _graph_task_id,
                  "walked_id": rec.stacks.walked_id, "selected": rec.selected, "module_paths": paths,
                  "watch_parameters": grads.watch_parameters, "python_pre": self._pre_py, "python_post": self._post_py,
                  "records_modules": rec.cfg.level in ("L0", "mix"), "grad_enabled": torch.is_grad_enabled,
-                 "leaves": leaves, "backward_names": grads._backward_names, "backward_of": grads.backward_of,
+                 "backward_names": grads._backward_names, "backward_of": grads.backward_of,
                  "grad_watch": grads._grad_watch, "hook_tensor": grads._hook_tensor, "param_hooks": grads._param_hooks,
                  "io_parameters_grad": rec._ios.codes["parameters_grad"]}
         return _module_hooks.Hooks(c_contract.context(_module_hooks, parts))

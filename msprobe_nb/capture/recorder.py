@@ -105,12 +105,12 @@ class Recorder:
         self.reset_step()
 
     def c_parts(self) -> dict[str, Any]:
-        """What both C halves of L1 recording (``_api_calls.h``: the handler and the API backward) call back and
-        compare with, by their context fields' names; each half adds its own."""
+        """What the C recording paths (``_api_calls.h``: the handler, the API backward, the module hooks) call back
+        and compare with, by their context fields' names; each takes the ones it names and adds its own."""
         return {"recorder": self, "lock_acquire": self.lock.acquire, "lock_release": self.lock.release,
                 "note_error": self.note_error, "add_rows": self.add_rows, "io_input": self._ios.codes["input"],
                 "io_output": self._ios.codes["output"], "call_type": Call, "share_summary": self.share_summary,
-                "tensor": torch.Tensor}
+                "tensor": torch.Tensor, "no_torch_function": torch._C.DisableTorchFunction, "leaves": leaves}
 
     def working(self) -> _Working:
         """Hold the lock and mark the kit busy, so its own torch calls are not recorded."""
