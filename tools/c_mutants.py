@@ -1,6 +1,6 @@
-"""Planted faults in the L1 handler's, the API backward's and the module hooks' C (issue 37): each one-line
-change is built into a copy of the repository and the tests that judge it run; a fault the tests do not fail
-is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
+"""Planted faults in the C of the L1 handler, the API backward, the module hooks and the strided statistics
+(issue 37): each one-line change is built into a copy of the repository and the tests that judge it run; a
+fault the tests do not fail is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
 
     python tools/c_mutants.py [--only NAME ...] [--keep]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
-         "tests/test_module_hooks_c.py"]
+         "tests/test_module_hooks_c.py", "tests/test_row_builder.py"]
 
 #: (file under msprobe_nb/capture/, name, original text (exactly once in the file), the fault)
 MUTANTS: list[tuple[str, str, str, str]] = [
@@ -215,6 +215,22 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('_module_hooks.c', 'mh-param-shared-index',
      '    if (index != NULL)\n        Py_INCREF(index);\n    else if',
      '    if (0)\n        Py_INCREF(index);\n    else if'),
+    # the strided statistics kernel (_stats_pass.h) and the row builder's use of it
+    ('_stats_pass.h', 'strided-merge',
+     'if (m > 0 && st[m - 1] > 0 && st[k] == st[m - 1] * sz[m - 1]) {',
+     'if (m > 0 && st[m - 1] > 0) {'),
+    ('_stats_pass.h', 'strided-order',
+     'while (j > 0 && st[j - 1] > stride[k]) {',
+     'while (0) {'),
+    ('_stats_pass.h', 'strided-odometer',
+     '            if (++idx[k] < sz[k])',
+     '            if (++idx[k] < sz[k] - 1)'),
+    ('_stats_pass.h', 'strided-step',
+     '                float v = p[i * step];',
+     '                float v = p[i];'),
+    ('_row_builder.c', 'rb-strided-finite',
+     'fast = got == 0 && m == n && isfinite(out[0]) && isfinite(out[1]);',
+     'fast = got >= 0 && m == n;'),
 ]
 
 #: faults no test can see, and why

@@ -60,7 +60,8 @@ def kernel_note() -> str:
     except ImportError as exc:
         return f"unknown (msprobe_nb does not import: {exc})"
     # private module attributes: the package has no public way to ask whether its C extensions were built
-    parts = ["statistics: " + ("one-pass C kernel for contiguous float32 tensors" if stats._fused_at is not None
+    parts = ["statistics: " + ("one-pass C kernel for float32 tensors, views along their strides"
+                               if stats._fused_at is not None
                                else "torch reductions (the C kernel is not built: no C compiler at install?)"),
              "stack keys: " + ("C walk" if stacks._stack_key is not None else "Python walk"),
              "rows: " + ("C" if recorder._build_rows is not None else "Python"),

@@ -57,6 +57,30 @@ static PyObject *stats_at(PyObject *self, PyObject *args)
     return result(out, any_nan, n);
 }
 
+/* strided_stats_at(address, shape, strides): stats_at for a strided float32 view (a transpose, a slice, an
+   expanded tensor): address its data_ptr(), shape and strides (in elements) as tensor.shape and tensor.stride()
+   give them, which the caller takes from the tensor it holds (stats.py checks dtype, device and the negative
+   bit). None for a layout the kernel does not read (a negative stride, more dimensions than it takes). */
+static PyObject *strided_stats_at(PyObject *self, PyObject *args)
+{
+    Py_ssize_t address, n = 0;
+    PyObject *shape, *strides;
+    double out[4];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nOO", &address, &shape, &strides))
+        return NULL;
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "strided_stats_at() needs an address");
+        return NULL;
+    }
+    int got = strided_pass_seq((const float *)address, shape, strides, &n, out);
+    if (got == -2)
+        return NULL;
+    if (got < 0)
+        Py_RETURN_NONE;
+    return result(out, got, n);
+}
+
 /* Sum of squares of n float32 values in double (float lanes folded every FOLD elements): a NaN or inf
    propagates through the arithmetic itself, as in torch's norm. */
 MULTIVERSION static double sumsq_pass(const float *x, Py_ssize_t n)
@@ -245,6 +269,9 @@ static PyMethodDef methods[] = {
     {"stats_at", stats_at, METH_VARARGS,
      "stats_at(address, n) -> (max, min, sum, norm) of the n float32 values at address (a tensor's data_ptr()),"
      " in one pass."},
+    {"strided_stats_at", strided_stats_at, METH_VARARGS,
+     "strided_stats_at(address, shape, strides) -> (max, min, sum, norm) of a strided float32 view (a tensor's"
+     " data_ptr(), shape and stride()), in one pass; None for a layout it does not read."},
     {"int_stats_at", int_stats_at, METH_VARARGS,
      "int_stats_at(address, n, code) -> (max, min, sum, sum of squares) of n integers at address (code 0-4:"
      " int64, int32, int16, int8, uint8), or (count of true, 0, 0, 0) of n bools (code 5)."},

@@ -21,7 +21,7 @@
 #include "_stats_pass.h"
 
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_dot, *s_empty;
-static PyObject *s_layout, *s_is_contiguous, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
+static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
@@ -89,7 +89,8 @@ typedef struct {
 
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
    kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
-   statistics-only summarizer; a contiguous, not negated float32 CPU strided tensor with elements, all finite),
+   statistics-only summarizer; a not negated float32 CPU strided tensor with elements, all finite, read along
+   its strides when it is not contiguous),
    and for the tensor task also the host copy _host_copy makes of such a tensor of at most C_HOST_COPY's bytes
    (a C-ordered numpy float32 array of its shape, appended to the summarizer's tensors); every other tensor
    goes to summarize itself. */
@@ -114,8 +115,10 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
         fast = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
         Py_DECREF(v);
     }
-    if (fast && (fast = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous))) < 0)
+    int contiguous = 0;
+    if (fast && (contiguous = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous))) < 0)
         return NULL;
+    fast = fast && (contiguous || !copying);  /* a view that is not contiguous: read along its strides */
     if (fast) {
         int neg = truth(PyObject_CallMethodNoArgs(leaf, s_is_neg));
         if (neg < 0)
@@ -132,7 +135,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
         if (address == -1 && PyErr_Occurred())
             return NULL;
         fast = address != 0;
-        if (fast) {
+        if (fast && contiguous) {
             int any_nan;
             if (n >= (1 << 18)) {
                 Py_BEGIN_ALLOW_THREADS
@@ -142,6 +145,19 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
                 any_nan = stats_pass((const float *)address, n, out);
             }
             fast = !any_nan && isfinite(out[0]) && isfinite(out[1]);
+        } else if (fast) {
+            PyObject *strides = PyObject_CallMethodNoArgs(leaf, s_stride);
+            if (strides == NULL)
+                return NULL;
+            Py_ssize_t m = 0;
+            int got = strided_pass_seq((const float *)address, f->shape, strides, &m, out);
+            Py_DECREF(strides);
+            if (got == -2) {  /* sizes that are not plain ints: the summarizer's own way */
+                if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
+                    return NULL;
+                PyErr_Clear();
+            }
+            fast = got == 0 && m == n && isfinite(out[0]) && isfinite(out[1]);
         }
     }
     if (!fast)
@@ -756,6 +772,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_empty = PyUnicode_InternFromString("");
     s_layout = PyUnicode_InternFromString("layout");
     s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    s_stride = PyUnicode_InternFromString("stride");
     s_is_neg = PyUnicode_InternFromString("is_neg");
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     s_values = PyUnicode_InternFromString("_values");
@@ -768,7 +785,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
     if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_dot || !s_empty
-        || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous
+        || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
         || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -26,7 +26,7 @@ typedef int v8i __attribute__((vector_size(32)));
 /* The ABI of the statistics extensions (_fused_stats, _row_builder), exported as their ABI attribute: raise it
    whenever a function's arguments, a result's layout or the context's fields change, with the number the
    Python side expects (capture/c_contract.py), so that a stale build is refused instead of misread. */
-#define MSPROBE_NB_STATS_ABI 1
+#define MSPROBE_NB_STATS_ABI 2
 
 /* torch's float32 norm from a sum of squares: |x| for one element (first), inf once the float32 sum of squares
    overflows, else its square root. The one definition of the rule, for every extension that computes norms. */
@@ -91,6 +91,146 @@ MULTIVERSION static int stats_pass(const float *x, Py_ssize_t n, double out[4])
     out[2] = s;
     out[3] = q;
     return any_nan;
+}
+
+/* The most dimensions strided_pass reads (torch allows more; a view with more goes to torch's reductions). */
+#define STRIDED_MAX_DIMS 25
+
+/* stats_pass over a strided float32 view (a transpose, a slice, a permuted or expanded tensor): x its first
+   element, size and stride per dimension in elements, as tensor.shape and tensor.stride() give them. The same
+   numbers as stats_pass on a contiguous copy up to summation order: a repeated (stride 0) element counts as
+   often as the view shows it. Size-1 dimensions are dropped, the others ordered by stride and merged where one
+   steps exactly over the next, so a permutation of a dense block is one run and a slice is one run per row.
+   Returns 1 when some element is NaN, 0 otherwise, -1 for a layout it does not read (a negative stride, an
+   empty dimension, more than STRIDED_MAX_DIMS dimensions). */
+MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t *size, const Py_ssize_t *stride,
+                                     double out[4])
+{
+    Py_ssize_t sz[STRIDED_MAX_DIMS], st[STRIDED_MAX_DIMS], idx[STRIDED_MAX_DIMS];
+    int d = 0;
+    if (ndim > STRIDED_MAX_DIMS)
+        return -1;
+    for (int k = 0; k < ndim; k++) {
+        if (size[k] <= 0 || stride[k] < 0)
+            return -1;
+        if (size[k] == 1)
+            continue;
+        int j = d++;  /* insertion by stride, smallest first */
+        while (j > 0 && st[j - 1] > stride[k]) {
+            sz[j] = sz[j - 1];
+            st[j] = st[j - 1];
+            j--;
+        }
+        sz[j] = size[k];
+        st[j] = stride[k];
+    }
+    int m = 0;  /* merged dimensions */
+    for (int k = 0; k < d; k++) {
+        if (m > 0 && st[m - 1] > 0 && st[k] == st[m - 1] * sz[m - 1]) {
+            sz[m - 1] *= sz[k];
+            continue;
+        }
+        sz[m] = sz[k];
+        st[m] = st[k];
+        m++;
+    }
+    if (m == 0) {  /* one element */
+        sz[0] = 1;
+        st[0] = 1;
+        m = 1;
+    }
+    double mx = -INFINITY, mn = INFINITY, s = 0.0, q = 0.0, part[4];
+    int any_nan = 0;
+    for (int k = 0; k < m; k++)
+        idx[k] = 0;
+    const Py_ssize_t inner = sz[0], step = st[0];
+    for (;;) {
+        const float *p = x;
+        for (int k = 1; k < m; k++)
+            p += idx[k] * st[k];
+        if (step == 1) {
+            any_nan |= stats_pass(p, inner, part);
+        } else {
+            float fmx = -INFINITY, fmn = INFINITY;
+            double ps = 0.0, pq = 0.0;
+            for (Py_ssize_t i = 0; i < inner; i++) {
+                float v = p[i * step];
+                if (v > fmx) fmx = v;
+                if (v < fmn) fmn = v;
+                if (v != v) any_nan = 1;
+                ps += v;
+                pq += (double)v * v;
+            }
+            part[0] = fmx;
+            part[1] = fmn;
+            part[2] = ps;
+            part[3] = pq;
+        }
+        if (part[0] > mx) mx = part[0];
+        if (part[1] < mn) mn = part[1];
+        s += part[2];
+        q += part[3];
+        int k = 1;  /* the next outer index: an odometer over the merged dimensions past the first */
+        for (; k < m; k++) {
+            if (++idx[k] < sz[k])
+                break;
+            idx[k] = 0;
+        }
+        if (k == m)
+            break;
+    }
+    out[0] = mx;
+    out[1] = mn;
+    out[2] = s;
+    out[3] = q;
+    return any_nan;
+}
+
+/* strided_pass from Python sequences: shape and strides (tuples, torch.Size) of as many ints. Returns as
+   strided_pass, with the element count in *n, or -2 with a Python error set when they are not such ints. */
+static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, Py_ssize_t *n, double out[4])
+{
+    Py_ssize_t size[STRIDED_MAX_DIMS], stride[STRIDED_MAX_DIMS];
+    PyObject *a = PySequence_Fast(shape, "the shape must be a sequence of ints");
+    if (a == NULL)
+        return -2;
+    PyObject *b = PySequence_Fast(strides, "the strides must be a sequence of ints");
+    if (b == NULL) {
+        Py_DECREF(a);
+        return -2;
+    }
+    Py_ssize_t ndim = PySequence_Fast_GET_SIZE(a);
+    int got = -1;
+    if (ndim != PySequence_Fast_GET_SIZE(b)) {
+        PyErr_SetString(PyExc_ValueError, "a shape and strides of different lengths");
+        got = -2;
+    } else if (ndim <= STRIDED_MAX_DIMS) {
+        *n = 1;
+        got = 0;
+        for (Py_ssize_t k = 0; k < ndim; k++) {
+            size[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(a, k));
+            stride[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(b, k));
+            if ((size[k] == -1 || stride[k] == -1) && PyErr_Occurred()) {
+                got = -2;
+                break;
+            }
+            *n *= size[k];
+        }
+        if (got == 0 && *n <= 0)
+            got = -1;
+    }
+    Py_DECREF(a);
+    Py_DECREF(b);
+    if (got != 0)
+        return got;
+    if (*n >= (1 << 18)) {
+        Py_BEGIN_ALLOW_THREADS
+        got = strided_pass(x, (int)ndim, size, stride, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        got = strided_pass(x, (int)ndim, size, stride, out);
+    }
+    return got;
 }
 
 #endif

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 #: ABI of _fused_stats and _row_builder (MSPROBE_NB_STATS_ABI in _stats_pass.h)
-STATS_ABI = 1
+STATS_ABI = 2
 #: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
 STACK_KEYS_ABI = 1
 #: ABI of _api_handler (API_HANDLER_ABI in _api_handler.c)

@@ -6,9 +6,9 @@ device tensor until :meth:`Summarizer.materialize`; on the CPU there is nothing 
 are read at once. The recorder reuses the summary of a tensor seen again unchanged (same object, same
 version counter): the output of one call is usually the input of the next.
 
-On the CPU, a contiguous float32 tensor is summarised in one pass by the optional C kernel
-``_fused_stats`` (built by setup.py where a compiler is found); otherwise, and for other tensors, by torch
-reductions, small float32 ones in batches (:class:`_Batches`).
+On the CPU, a float32 tensor is summarised in one pass by the optional C kernel ``_fused_stats`` (built by
+setup.py where a compiler is found), read along its strides when it is a view that is not contiguous;
+otherwise, and for other tensors, by torch reductions, small float32 ones in batches (:class:`_Batches`).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ _kernel = c_contract.fused_stats()
 _fused_at = _kernel.stats_at if _kernel is not None else None
 _norms_into = _kernel.norms_into if _kernel is not None else None
 _int_at = _kernel.int_stats_at if _kernel is not None else None
+_strided_at = _kernel.strided_stats_at if _kernel is not None else None
 _pack_stats = getattr(_kernel, "pack_stats", None)  # a step's list of 7-tuples into one array, in one pass
 
 NAN = float("nan")
@@ -79,12 +80,20 @@ def norms_kernel() -> Any:
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     """Statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where it
-    does not apply: no kernel, not contiguous (a transpose), a negative view, or a NaN or inf in it (torch's
-    path then also counts them). The kernel reads the tensor's memory at ``data_ptr()``, so every condition
-    that makes that address hold ``n`` plain float32 values is checked here."""
-    if _fused_at is None or not kernel_readable(t):
+    does not apply: no kernel, a negative view, a layout the strided kernel does not read, or a NaN or inf
+    in it (torch's path then also counts them). The kernel reads the tensor's memory at ``data_ptr()``, so
+    every condition that makes that address hold plain float32 values is checked here; a view that is not
+    contiguous (a transpose, a slice: attention heads, a split projection) is read along its strides."""
+    if _fused_at is None or t.dtype is not _F32 or type(t) not in PLAIN_TENSORS or not t.is_cpu or t.is_neg():
         return None
-    mx, mn, s, norm = _fused_at(t.data_ptr(), n)
+    if t.is_contiguous():
+        mx, mn, s, norm = _fused_at(t.data_ptr(), n)
+    else:
+        got = _strided_at(t.data_ptr(), t.shape, t.stride()) \
+            if _strided_at is not None and t.layout is _STRIDED else None
+        if got is None:
+            return None
+        mx, mn, s, norm = got
     if not (math.isfinite(mx) and math.isfinite(mn)):
         return None
     return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
