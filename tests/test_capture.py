@@ -671,7 +671,8 @@ def test_the_c_kernel_gives_torchs_statistics(n):
         for bad in (float("nan"), float("inf"), -float("inf")):
             t = torch.randn(n, generator=g)
             t[pos] = bad
-            assert stats._fused_stats(t, n) is None  # not finite: torch's path counts them
+            # not finite: read once more, for torch's statistics of it and its counts
+            _agree(stats._fused_stats(t, n), _torch_stats(t))
             mx = stats._fused_at(t.data_ptr(), n)[0]
             assert (mx != mx) if bad != bad else mx == max(bad, t[t.isfinite()].max().item() if n > 1 else bad)
             _agree(stats._cpu_stats(t), _torch_stats(t))
@@ -698,7 +699,7 @@ def _strided_views():
 def test_the_c_kernel_reads_views_along_their_strides(name):
     """A view that is not contiguous gets the kernel's statistics of its own elements (a repeated element of
     an expanded view counted as often as it shows), as torch's reductions give them; with a NaN or an inf
-    in it, torch's path counts them."""
+    in it, torch's statistics and counts of it."""
     from msprobe_nb.capture import stats
     if stats._strided_at is None:
         pytest.skip("msprobe_nb.capture._fused_stats is not built (no C compiler at install)")
@@ -716,8 +717,11 @@ def test_the_c_kernel_reads_views_along_their_strides(name):
         for at in (0, -1):
             spoilt = dict(_strided_views())[name].detach()
             spoilt[(at,) * spoilt.dim()] = bad
-            assert stats._fused_stats(spoilt, spoilt.numel()) is None  # not finite: torch's path counts them
+            _agree(stats._fused_stats(spoilt, spoilt.numel()), _torch_stats(spoilt))
             _agree(stats._cpu_stats(spoilt), _torch_stats(spoilt))
+    spoilt = dict(_strided_views())[name].detach()  # both infinities: the sum and mean are NaN
+    spoilt[(0,) * spoilt.dim()], spoilt[(-1,) * spoilt.dim()] = float("inf"), -float("inf")
+    _agree(stats._fused_stats(spoilt, spoilt.numel()), _torch_stats(spoilt))
 
 
 def test_the_strided_kernel_refuses_layouts_it_does_not_read():
@@ -740,8 +744,8 @@ class _Sub(torch.Tensor):
 
 
 def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
-    """Float32 CPU tensors of any size and layout go through the kernel at once (nothing is staged, a transpose
-    neither); negative views, tensors with NaN and other dtypes take torch's path; without the kernel the
+    """Float32 CPU tensors of any size and layout go through the kernel at once (nothing is staged: a transpose
+    and a tensor with NaN neither); negative views and other dtypes take torch's path; without the kernel the
     values are the same."""
     from msprobe_nb.capture import stats
     from msprobe_nb.capture.stats import Summarizer
@@ -760,9 +764,9 @@ def test_the_summarizer_uses_the_c_kernel_where_it_applies(monkeypatch):
         s = Summarizer(**kinds)
         idx = [s.summarize(t) for t in cases]
         staged = [i for i in idx if s._values[i] is None]
-        # the tensor with a NaN waits for a torch batch (the negative view, which has no numpy view, gets
-        # torch's reductions at once; the transpose is read along its strides)
-        assert staged == [idx[6]]
+        # the transpose is read along its strides, the tensor with a NaN counted by the kernel (the negative
+        # view, which has no numpy view, gets torch's reductions at once)
+        assert staged == []
         out, _ = s.materialize()
         monkeypatch.setattr(stats, "_fused_at", None)
         s2 = Summarizer(**kinds)

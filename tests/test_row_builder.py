@@ -80,6 +80,9 @@ def _script_factory():
         "meta": torch.empty(2, 3, device="meta"), "sub": torch.randn(3, generator=g).as_subclass(_Sub),
         "bad": bad, "inf": inf, "big": torch.randn(70_000, generator=g), "zero": torch.zeros(4),
         "negzero": torch.tensor([-0.0, 0.0]),
+        # views that are not contiguous, read along their strides, one with a NaN and one with an inf
+        "heads": torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2), "bad_view": bad.repeat(2, 1).t(),
+        "inf_slice": torch.cat([inf, inf, torch.ones(2)]).reshape(3, 2)[:, :1],
     }
 
     def script():
@@ -94,6 +97,7 @@ def _script_factory():
             {"set_producer": True}
         yield "output", (tensors["sub"], tensors["bad"], tensors["inf"], tensors["big"]), {"set_producer": True}
         yield "input", (tensors["sub"], tensors["bad"], tensors["zero"], tensors["negzero"]), {}
+        yield "output", (tensors["heads"], tensors["bad_view"], tensors["inf_slice"]), {"set_producer": True}
         fresh = torch.ones(3)
         yield "output", (fresh,), {"set_producer": True}
         fresh.add_(1.0)
@@ -226,14 +230,16 @@ def test_the_c_rows_equal_the_python_rows(task, summary_mode):
 
 
 def test_the_c_statistics_are_the_kernels():
-    """A float32 tensor summarised by the builder gets the summarizer's own statistics; NaN, inf, a transpose
-    and a negative view are left to the summarizer (their values come out the same)."""
+    """A float32 tensor summarised by the builder gets the summarizer's own statistics, a transpose and a slice
+    too (read along their strides); NaN, inf (contiguous or not) and a negative view are left to the
+    summarizer (their values and counts come out the same)."""
     rec = _recorder()
     assert rec.summarizer.uses_kernel()
     g = torch.Generator().manual_seed(3)
     cases = [torch.randn(8, 16, 64, generator=g), torch.randn(1, generator=g), torch.randn(300_000, generator=g),
              torch.randn(64, 8, generator=g).t(), torch.tensor([1.0, float("nan")]), torch.tensor([float("-inf")]),
-             torch._neg_view(torch.randn(5, generator=g))]
+             torch._neg_view(torch.randn(5, generator=g)), torch.randn(6, 10, generator=g)[:, 2:7],
+             torch.tensor([[1.0, float("nan")], [2.0, 3.0]]).t(), torch.tensor([[float("inf"), 1.0, 2.0]] * 2)[:, ::2]]
     c = Call("Torch.x.0.forward", "Torch", "x", 0, "forward", "", "")
     c.dump, c.index = True, 0
     rec.add_rows(c, "forward", "output", tuple(cases), set_producer=True)

@@ -51,8 +51,8 @@ def test_half_tensors_get_torchs_statistics_through_the_kernel(dtype, monkeypatc
     got = _summaries(cases)
     for g, w in zip(got, want):
         _agree(g, w)
-    # only the tensor with a NaN and an inf went to torch's path (which counts them)
-    assert len(through_torch) == 1 and torch.isnan(through_torch[0]).any()
+    # none went to torch's path: the kernel counts the NaN and the inf of the tensor that has them
+    assert through_torch == []
     assert got[5][4:] == (1.0, 1.0, 0.0)
     assert dtype is torch.float16 or got[6][3] == float("inf")  # bf16: the float32 sum of squares overflows
 

@@ -25,7 +25,11 @@ def _cases():
         torch.randint(0, 255, (70_000,), dtype=torch.uint8, generator=g),
         torch.rand(5, 6, generator=g) > 0.4,  # a mask
         torch.ones(3, dtype=torch.bool), torch.zeros(4, dtype=torch.bool),
-        torch.randint(0, 9, (6, 4), generator=g).t(),  # not contiguous: torch's path
+        torch.randint(0, 9, (6, 4), generator=g).t(),  # not contiguous: copied for the kernel
+        torch.arange(16).expand(3, 16),  # expanded position ids
+        (torch.rand(8, 8, generator=g) > 0.5)[:, 2:5],  # a slice of a mask
+        torch._neg_view(torch.arange(5.0)).to(torch.int64)[::2],  # a plain copy first, then every other one
+        torch.arange(2 ** 21).reshape(2, -1).t(),  # too large to copy: torch's path
     ]
 
 
@@ -49,7 +53,7 @@ def test_integer_and_bool_tensors_get_torchs_statistics_through_the_kernel(monke
             assert a == pytest.approx(b, rel=1e-12), (t.dtype, g, w)
     assert got[0][:2] == (float(cases[0].max()), float(cases[0].min()))
     assert got[8][2] == cases[8].sum().item() / 30
-    assert len(through_torch) == 1 and not through_torch[0].is_contiguous()  # only the transposed one
+    assert len(through_torch) == 1 and through_torch[0].numel() == 2 ** 21  # only the large transpose
 
 
 def test_without_the_kernel_torchs_path_gives_the_same_numbers(monkeypatch):

@@ -223,8 +223,17 @@ MUTANTS: list[tuple[str, str, str, str]] = [
      'while (j > 0 && st[j - 1] > stride[k]) {',
      'while (0) {'),
     ('_stats_pass.h', 'strided-odometer',
-     '            if (++idx[k] < sz[k])',
-     '            if (++idx[k] < sz[k] - 1)'),
+     '        if (++idx[k] < sz[k])',
+     '        if (++idx[k] < sz[k] - 1)'),
+    ('_stats_pass.h', 'counted-sign',
+     'if (v > 0) pinf++; else ninf++;',
+     'if (v > 0) ninf++; else pinf++;'),
+    ('_stats_pass.h', 'counted-both-infinities',
+     'out[2] = pinf && ninf ? (double)NAN : pinf',
+     'out[2] = pinf'),
+    ('_stats_pass.h', 'counted-nan',
+     '    if (nan) {\n        out[0] = out[1] = out[2] = out[3] = NAN;',
+     '    if (0) {\n        out[0] = out[1] = out[2] = out[3] = NAN;'),
     ('_stats_pass.h', 'strided-step',
      '                float v = p[i * step];',
      '                float v = p[i];'),
@@ -235,6 +244,8 @@ MUTANTS: list[tuple[str, str, str, str]] = [
 
 #: faults no test can see, and why
 EQUIVALENT = {
+    "strided-order": "ordering the dimensions by stride only lets them merge into longer runs; in any order the "
+                     "odometer reads each element once, so the statistics differ by summation order at most",
     "direction": "the C path never runs inside autograd's backward: autograd runs nodes without the mode, and a "
                  "reentrant checkpoint's replay (the one place the mode is pushed there) goes to ApiMode._recorded",
 }

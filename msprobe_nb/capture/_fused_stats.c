@@ -81,6 +81,35 @@ static PyObject *strided_stats_at(PyObject *self, PyObject *args)
     return result(out, got, n);
 }
 
+/* counted_stats_at(address, shape, strides): the statistics of a float32 view that holds NaN or inf (stats_at
+   or strided_stats_at found its max or min not finite), by torch's rules, with the counts torch's path makes:
+   (max, min, sum, norm, NaN count, +inf count, -inf count). None for a layout it does not read. */
+static PyObject *counted_stats_at(PyObject *self, PyObject *args)
+{
+    Py_ssize_t address, n = 0, size[STRIDED_MAX_DIMS], stride[STRIDED_MAX_DIMS];
+    PyObject *shape, *strides;
+    double out[7] = {0, 0, 0, 0, 0, 0, 0};
+    int ndim = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nOO", &address, &shape, &strides))
+        return NULL;
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "counted_stats_at() needs an address");
+        return NULL;
+    }
+    int got = parse_layout(shape, strides, size, stride, &ndim, &n);
+    if (got == -2)
+        return NULL;
+    if (got == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        got = counted_pass((const float *)address, ndim, size, stride, out);
+        Py_END_ALLOW_THREADS
+    }
+    if (got < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(ddddddd)", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+}
+
 /* Sum of squares of n float32 values in double (float lanes folded every FOLD elements): a NaN or inf
    propagates through the arithmetic itself, as in torch's norm. */
 MULTIVERSION static double sumsq_pass(const float *x, Py_ssize_t n)
@@ -272,6 +301,9 @@ static PyMethodDef methods[] = {
     {"strided_stats_at", strided_stats_at, METH_VARARGS,
      "strided_stats_at(address, shape, strides) -> (max, min, sum, norm) of a strided float32 view (a tensor's"
      " data_ptr(), shape and stride()), in one pass; None for a layout it does not read."},
+    {"counted_stats_at", counted_stats_at, METH_VARARGS,
+     "counted_stats_at(address, shape, strides) -> (max, min, sum, norm, NaN count, +inf count, -inf count) of a"
+     " float32 view with NaN or inf, by torch's rules; None for a layout it does not read."},
     {"int_stats_at", int_stats_at, METH_VARARGS,
      "int_stats_at(address, n, code) -> (max, min, sum, sum of squares) of n integers at address (code 0-4:"
      " int64, int32, int16, int8, uint8), or (count of true, 0, 0, 0) of n bools (code 5)."},

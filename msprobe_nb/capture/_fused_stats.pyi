@@ -10,6 +10,10 @@ def strided_stats_at(address: int, shape: Any, strides: Any) -> tuple[float, flo
     """(max, min, sum, norm) of a strided float32 view at ``address`` (a tensor's ``data_ptr()``, ``shape`` and
     ``stride()``); None for a layout the kernel does not read."""
 
+def counted_stats_at(address: int, shape: Any, strides: Any) -> tuple[float, ...] | None:
+    """(max, min, sum, norm, NaN count, +inf count, -inf count) of a float32 view holding NaN or inf, by
+    torch's rules; None for a layout the kernel does not read."""
+
 def int_stats_at(address: int, n: int, code: int) -> tuple[float, float, float, float]:
     """(max, min, sum, sum of squares) of ``n`` integers of kind ``code`` at ``address``; for bool (code 5) the
     first value is the count of true elements."""

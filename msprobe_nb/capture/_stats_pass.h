@@ -93,20 +93,16 @@ MULTIVERSION static int stats_pass(const float *x, Py_ssize_t n, double out[4])
     return any_nan;
 }
 
-/* The most dimensions strided_pass reads (torch allows more; a view with more goes to torch's reductions). */
+/* The most dimensions the strided passes read (torch allows more; a view with more goes to torch's reductions). */
 #define STRIDED_MAX_DIMS 25
 
-/* stats_pass over a strided float32 view (a transpose, a slice, a permuted or expanded tensor): x its first
-   element, size and stride per dimension in elements, as tensor.shape and tensor.stride() give them. The same
-   numbers as stats_pass on a contiguous copy up to summation order: a repeated (stride 0) element counts as
-   often as the view shows it. Size-1 dimensions are dropped, the others ordered by stride and merged where one
-   steps exactly over the next, so a permutation of a dense block is one run and a slice is one run per row.
-   Returns 1 when some element is NaN, 0 otherwise, -1 for a layout it does not read (a negative stride, an
-   empty dimension, more than STRIDED_MAX_DIMS dimensions). */
-MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t *size, const Py_ssize_t *stride,
-                                     double out[4])
+/* A view's layout as few (size, stride) dimensions as read the same elements: size-1 dimensions dropped, the
+   others ordered by stride, smallest first, and merged where one steps exactly over the next, so a permutation
+   of a dense block is one dimension and a slice one per row. Returns their number (at least 1), or -1 for a
+   layout the passes do not read (a negative stride, an empty dimension, more than STRIDED_MAX_DIMS). */
+static int merged_layout(int ndim, const Py_ssize_t *size, const Py_ssize_t *stride, Py_ssize_t *sz,
+                         Py_ssize_t *st)
 {
-    Py_ssize_t sz[STRIDED_MAX_DIMS], st[STRIDED_MAX_DIMS], idx[STRIDED_MAX_DIMS];
     int d = 0;
     if (ndim > STRIDED_MAX_DIMS)
         return -1;
@@ -124,7 +120,7 @@ MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t 
         sz[j] = size[k];
         st[j] = stride[k];
     }
-    int m = 0;  /* merged dimensions */
+    int m = 0;
     for (int k = 0; k < d; k++) {
         if (m > 0 && st[m - 1] > 0 && st[k] == st[m - 1] * sz[m - 1]) {
             sz[m - 1] *= sz[k];
@@ -139,15 +135,45 @@ MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t 
         st[0] = 1;
         m = 1;
     }
+    return m;
+}
+
+/* The first element of the next run of a merged layout (dimensions past the first), or NULL after the last:
+   an odometer over idx, the second dimension fastest. */
+static inline const float *next_run(const float *x, int m, const Py_ssize_t *sz, const Py_ssize_t *st,
+                                    Py_ssize_t *idx)
+{
+    int k = 1;
+    for (; k < m; k++) {
+        if (++idx[k] < sz[k])
+            break;
+        idx[k] = 0;
+    }
+    if (k == m)
+        return NULL;
+    const float *p = x;
+    for (k = 1; k < m; k++)
+        p += idx[k] * st[k];
+    return p;
+}
+
+/* stats_pass over a strided float32 view (a transpose, a slice, a permuted or expanded tensor): x its first
+   element, size and stride per dimension in elements, as tensor.shape and tensor.stride() give them. The same
+   numbers as stats_pass on a contiguous copy up to summation order: a repeated (stride 0) element counts as
+   often as the view shows it. stats_pass runs on each contiguous run of the merged layout, a scalar loop
+   where the innermost stride is not 1. Returns 1 when some element is NaN, 0 otherwise, -1 for a layout it
+   does not read (merged_layout). */
+MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t *size, const Py_ssize_t *stride,
+                                     double out[4])
+{
+    Py_ssize_t sz[STRIDED_MAX_DIMS], st[STRIDED_MAX_DIMS], idx[STRIDED_MAX_DIMS] = {0};
+    int m = merged_layout(ndim, size, stride, sz, st);
+    if (m < 0)
+        return -1;
     double mx = -INFINITY, mn = INFINITY, s = 0.0, q = 0.0, part[4];
     int any_nan = 0;
-    for (int k = 0; k < m; k++)
-        idx[k] = 0;
     const Py_ssize_t inner = sz[0], step = st[0];
-    for (;;) {
-        const float *p = x;
-        for (int k = 1; k < m; k++)
-            p += idx[k] * st[k];
+    for (const float *p = x; p != NULL; p = next_run(x, m, sz, st, idx)) {
         if (step == 1) {
             any_nan |= stats_pass(p, inner, part);
         } else {
@@ -170,14 +196,6 @@ MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t 
         if (part[1] < mn) mn = part[1];
         s += part[2];
         q += part[3];
-        int k = 1;  /* the next outer index: an odometer over the merged dimensions past the first */
-        for (; k < m; k++) {
-            if (++idx[k] < sz[k])
-                break;
-            idx[k] = 0;
-        }
-        if (k == m)
-            break;
     }
     out[0] = mx;
     out[1] = mn;
@@ -186,11 +204,61 @@ MULTIVERSION static int strided_pass(const float *x, int ndim, const Py_ssize_t 
     return any_nan;
 }
 
-/* strided_pass from Python sequences: shape and strides (tuples, torch.Size) of as many ints. Returns as
-   strided_pass, with the element count in *n, or -2 with a Python error set when they are not such ints. */
-static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, Py_ssize_t *n, double out[4])
+/* The statistics of a float32 view holding NaN or inf, by torch's rules, and their counts: out = max, min, sum,
+   norm (float32-rounded as the kernel's result gives them), then the NaN, +inf and -inf counts. A NaN makes
+   max, min, sum and norm NaN; else +inf is the max and -inf the min, the sum is +inf, -inf, or NaN with both,
+   and the norm inf. Only for the rare tensor stats_pass found not finite (a mask, an overflow): one scalar
+   loop. Returns 0, or -1 for a layout it does not read (merged_layout). */
+static inline int counted_pass(const float *x, int ndim, const Py_ssize_t *size, const Py_ssize_t *stride,
+                               double out[7])
 {
-    Py_ssize_t size[STRIDED_MAX_DIMS], stride[STRIDED_MAX_DIMS];
+    Py_ssize_t sz[STRIDED_MAX_DIMS], st[STRIDED_MAX_DIMS], idx[STRIDED_MAX_DIMS] = {0};
+    int m = merged_layout(ndim, size, stride, sz, st);
+    if (m < 0)
+        return -1;
+    float fmx = -INFINITY, fmn = INFINITY, first = NAN;
+    double s = 0.0, q = 0.0;
+    Py_ssize_t nan = 0, pinf = 0, ninf = 0, n = 0;
+    const Py_ssize_t inner = sz[0], step = st[0];
+    for (const float *p = x; p != NULL; p = next_run(x, m, sz, st, idx)) {
+        for (Py_ssize_t i = 0; i < inner; i++) {
+            float v = p[i * step];
+            if (n++ == 0)
+                first = v;
+            if (v != v) {
+                nan++;
+            } else if (isinf(v)) {
+                if (v > 0) pinf++; else ninf++;
+            } else {
+                if (v > fmx) fmx = v;
+                if (v < fmn) fmn = v;
+                s += v;
+                q += (double)v * v;
+            }
+        }
+    }
+    double sum = (double)(float)s;
+    if (nan) {
+        out[0] = out[1] = out[2] = out[3] = NAN;
+    } else {
+        out[0] = pinf ? (double)INFINITY : (double)fmx;
+        out[1] = ninf ? -(double)INFINITY : (double)fmn;
+        out[2] = pinf && ninf ? (double)NAN : pinf ? (double)INFINITY : ninf ? -(double)INFINITY : sum;
+        out[3] = pinf || ninf ? (double)INFINITY : (double)(float)f32_norm(q, n, (double)first);
+    }
+    out[4] = (double)nan;
+    out[5] = (double)pinf;
+    out[6] = (double)ninf;
+    return 0;
+}
+
+/* A view's shape and strides from Python sequences (tuples, torch.Size) of as many ints into size and stride,
+   its dimensions into *ndim and its element count into *n. Returns 0; -1 for a layout the passes do not read
+   (more than STRIDED_MAX_DIMS dimensions, no elements); -2 with a Python error set when they are not such
+   ints. */
+static int parse_layout(PyObject *shape, PyObject *strides, Py_ssize_t *size, Py_ssize_t *stride, int *ndim,
+                        Py_ssize_t *n)
+{
     PyObject *a = PySequence_Fast(shape, "the shape must be a sequence of ints");
     if (a == NULL)
         return -2;
@@ -199,15 +267,16 @@ static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, 
         Py_DECREF(a);
         return -2;
     }
-    Py_ssize_t ndim = PySequence_Fast_GET_SIZE(a);
+    Py_ssize_t d = PySequence_Fast_GET_SIZE(a);
     int got = -1;
-    if (ndim != PySequence_Fast_GET_SIZE(b)) {
+    if (d != PySequence_Fast_GET_SIZE(b)) {
         PyErr_SetString(PyExc_ValueError, "a shape and strides of different lengths");
         got = -2;
-    } else if (ndim <= STRIDED_MAX_DIMS) {
+    } else if (d <= STRIDED_MAX_DIMS) {
         *n = 1;
+        *ndim = (int)d;
         got = 0;
-        for (Py_ssize_t k = 0; k < ndim; k++) {
+        for (Py_ssize_t k = 0; k < d; k++) {
             size[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(a, k));
             stride[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(b, k));
             if ((size[k] == -1 || stride[k] == -1) && PyErr_Occurred()) {
@@ -221,14 +290,24 @@ static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, 
     }
     Py_DECREF(a);
     Py_DECREF(b);
+    return got;
+}
+
+/* strided_pass from Python sequences (parse_layout), with the element count in *n: returns as strided_pass,
+   or -2 with a Python error set. */
+static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, Py_ssize_t *n, double out[4])
+{
+    Py_ssize_t size[STRIDED_MAX_DIMS], stride[STRIDED_MAX_DIMS];
+    int ndim = 0;
+    int got = parse_layout(shape, strides, size, stride, &ndim, n);
     if (got != 0)
         return got;
     if (*n >= (1 << 18)) {
         Py_BEGIN_ALLOW_THREADS
-        got = strided_pass(x, (int)ndim, size, stride, out);
+        got = strided_pass(x, ndim, size, stride, out);
         Py_END_ALLOW_THREADS
     } else {
-        got = strided_pass(x, (int)ndim, size, stride, out);
+        got = strided_pass(x, ndim, size, stride, out);
     }
     return got;
 }

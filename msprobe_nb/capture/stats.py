@@ -30,6 +30,7 @@ _fused_at = _kernel.stats_at if _kernel is not None else None
 _norms_into = _kernel.norms_into if _kernel is not None else None
 _int_at = _kernel.int_stats_at if _kernel is not None else None
 _strided_at = _kernel.strided_stats_at if _kernel is not None else None
+_counted_at = _kernel.counted_stats_at if _kernel is not None else None
 _pack_stats = getattr(_kernel, "pack_stats", None)  # a step's list of 7-tuples into one array, in one pass
 
 NAN = float("nan")
@@ -80,10 +81,11 @@ def norms_kernel() -> Any:
 
 def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     """Statistics of the float32 CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where it
-    does not apply: no kernel, a negative view, a layout the strided kernel does not read, or a NaN or inf
-    in it (torch's path then also counts them). The kernel reads the tensor's memory at ``data_ptr()``, so
-    every condition that makes that address hold plain float32 values is checked here; a view that is not
-    contiguous (a transpose, a slice: attention heads, a split projection) is read along its strides."""
+    does not apply: no kernel, a negative view, a layout the strided kernel does not read. The kernel reads
+    the tensor's memory at ``data_ptr()``, so every condition that makes that address hold plain float32
+    values is checked here; a view that is not contiguous (a transpose, a slice: attention heads, a split
+    projection) is read along its strides. A tensor with NaN or inf (a mask, an overflow) is read once more,
+    element by element, for torch's max, min, sum and norm of it and the counts torch's path makes."""
     if _fused_at is None or t.dtype is not _F32 or type(t) not in PLAIN_TENSORS or not t.is_cpu or t.is_neg():
         return None
     if t.is_contiguous():
@@ -94,22 +96,35 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
         if got is None:
             return None
         mx, mn, s, norm = got
-    if not (math.isfinite(mx) and math.isfinite(mn)):
+    if math.isfinite(mx) and math.isfinite(mn):
+        return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
+    counted = _counted_at(t.data_ptr(), t.shape, t.stride()) \
+        if _counted_at is not None and t.layout is _STRIDED else None
+    if counted is None:
         return None
-    return (mx, mn, s / n, norm, 0.0, 0.0, 0.0)
+    mx, mn, s, norm, nan_c, pinf, ninf = counted
+    return (mx, mn, s / n, norm, nan_c, pinf, ninf)
 
 
+#: integer and bool views that are not contiguous, up to this many elements, are copied for the C kernel
+INT_COPY_MAX_NUMEL = 1 << 20
 #: the integer kernel's code of each dtype it reads (capture/_fused_stats.c, int_stats_at); 5 is bool
 _INT_CODES = {torch.int64: 0, torch.int32: 1, torch.int16: 2, torch.int8: 3, torch.uint8: 4, torch.bool: 5}
 
 
 def _int_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     """Statistics of the integer or bool CPU tensor ``t`` (``n`` > 0 elements) from the C kernel, or None where
-    it does not apply (no kernel, another dtype, a subclass, not contiguous, a negative view). The same numbers
-    as :func:`_cpu_stats`: exact max and min, mean and norm from float64 sums (up to summation order)."""
+    it does not apply (no kernel, another dtype, a subclass, a negative view, a large view that is not
+    contiguous). A small such view (expanded position ids, a slice of a mask) is copied contiguous first: one
+    torch call against the four reductions and reads back of torch's path. The same numbers as
+    :func:`_cpu_stats`: exact max and min, mean and norm from float64 sums (up to summation order)."""
     code = _INT_CODES.get(t.dtype)
-    if code is None or _int_at is None or not _plain_memory(t):
+    if code is None or _int_at is None or type(t) not in PLAIN_TENSORS or not t.is_cpu or t.is_neg():
         return None
+    if not t.is_contiguous():
+        if n > INT_COPY_MAX_NUMEL or t.layout is not _STRIDED:
+            return None
+        t = t.contiguous()
     mx, mn, s, q = _int_at(t.data_ptr(), n, code)
     if code == 5:  # bool: the first value is the count of true elements
         return (float(mx > 0), float(mx == n), mx / n, math.sqrt(mx), 0.0, 0.0, 0.0)
