@@ -252,6 +252,71 @@ def test_the_c_statistics_are_the_kernels():
         assert ((a == b) | (a != a) & (b != b)).all(), (a, b)
 
 
+def _c_and_python_statistics(cases, monkeypatch):
+    """The statistics the C builder gives each tensor of ``cases`` (one call's outputs) and those a plain
+    Summarizer gives it, as two (n, 7) arrays, and the tensors the C builder left to the summarizer."""
+    left = []
+    real = Summarizer.summarize
+    monkeypatch.setattr(Summarizer, "summarize", lambda self, t: left.append(t) or real(self, t))
+    rec = _recorder()
+    assert rec.summarizer.uses_kernel()
+    c = Call("Torch.x.0.forward", "Torch", "x", 0, "forward", "", "")
+    c.dump, c.index = True, 0
+    rec.add_rows(c, "forward", "output", tuple(cases), set_producer=True)
+    monkeypatch.setattr(Summarizer, "summarize", real)
+    got, _ = rec.summarizer.materialize()
+    plain = Summarizer()
+    idx = [plain.summarize(t) for t in cases]
+    want, _ = plain.materialize()
+    return got[[r[11] for r in rec.rows]], want[idx], left
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_tensors_are_widened_in_c_as_the_summarizer_widens_them(dtype, monkeypatch):
+    """A contiguous float16 / bfloat16 tensor (autocast's activations) gets, from the C builder, bit for bit the
+    statistics the summarizer's widening gives it; a transpose, one beyond the widening's size, one with NaN
+    or inf go to the summarizer. Every one of the 65,536 bit patterns, as a one-element tensor, widens to
+    torch's float32 value (its max and min)."""
+    g = torch.Generator().manual_seed(11)
+    big = torch.randn(stats_mod.HALF_WIDEN_MAX_NUMEL + 1, generator=g)
+    cases = [torch.randn(4, 16, 32, generator=g).to(dtype), torch.randn(7, generator=g).to(dtype) * 1e-6,
+             torch.randn(64, 8, generator=g).to(dtype).t(), big.to(dtype),
+             torch.tensor([1.0, float("nan")], dtype=dtype), torch.tensor([float("inf"), -2.0], dtype=dtype),
+             torch.randn(6, 5, generator=g).to(dtype).requires_grad_(),
+             torch.full((33,), 6e4 if dtype is torch.float16 else 3e38, dtype=dtype)]
+    got, want, left = _c_and_python_statistics(cases, monkeypatch)
+    assert ((got == want) | (got != got) & (want != want)).all(), (got, want)
+    assert [id(t) for t in left] == [id(cases[i]) for i in (2, 3, 4, 5)]
+    patterns = torch.arange(-(2 ** 15), 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    ones = list(patterns.reshape(-1, 1))
+    got, want, left = _c_and_python_statistics(ones, monkeypatch)
+    assert ((got == want) | (got != got) & (want != want)).all()
+    wide = patterns.to(torch.float32).double().numpy()
+    assert len(left) == (~np.isfinite(wide)).sum()  # only the NaN and inf patterns
+    finite = np.isfinite(wide)
+    assert (got[finite, 0] == wide[finite]).all() and (got[finite, 1] == wide[finite]).all()
+    assert np.isnan(got[np.isnan(wide), 0]).all() and (got[np.isinf(wide), 0] == wide[np.isinf(wide)]).all()
+
+
+def test_integer_and_bool_tensors_are_summarised_in_c_as_the_summarizer_does(monkeypatch):
+    """Token ids, masks, indices of every integer dtype and bool get, from the C builder, bit for bit the
+    statistics of the summarizer's integer kernel (int64's extremes, a 0-d tensor, an odd count); a view that
+    is not contiguous and a negative view go to the summarizer."""
+    g = torch.Generator().manual_seed(12)
+    cases = [torch.randint(0, 50_257, (4, 128), generator=g),
+             torch.randint(-(2 ** 40), 2 ** 40, (1001,), generator=g), torch.tensor([-(2 ** 63), 2 ** 63 - 1, 0]),
+             torch.tensor(7),
+             torch.randint(-5, 5, (3, 5), dtype=torch.int32, generator=g),
+             torch.randint(-30_000, 30_000, (17,), dtype=torch.int16, generator=g),
+             torch.randint(-128, 127, (9,), dtype=torch.int8, generator=g),
+             torch.randint(0, 255, (70_000,), dtype=torch.uint8, generator=g),
+             torch.rand(5, 6, generator=g) > 0.4, torch.ones(3, dtype=torch.bool), torch.zeros(4, dtype=torch.bool),
+             torch.arange(16).expand(3, 16), torch._neg_view(torch.arange(6))]
+    got, want, left = _c_and_python_statistics(cases, monkeypatch)
+    assert ((got == want) | (got != got) & (want != want)).all(), (got, want)
+    assert [id(t) for t in left] == [id(cases[i]) for i in (11, 12)]
+
+
 def test_bad_arguments_raise_instead_of_crashing():
     build = recorder_mod._build_rows
     rec = _recorder()

@@ -180,45 +180,6 @@ static PyObject *norms_into(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* Integer and bool tensors: torch's path takes aminmax, a float64 copy, its mean and its norm, each a dispatch
-   and a read back. Here: exact max and min, and the sum and sum of squares accumulated in double (four
-   partial sums), as torch's float64 reductions accumulate them. For bool, the count of true elements. */
-#define INT_PASS(NAME, T)                                                            \
-    static void NAME(const T *x, Py_ssize_t n, double out[4])                        \
-    {                                                                                \
-        T mx = x[0], mn = x[0];                                                      \
-        double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};                             \
-        Py_ssize_t i = 0;                                                            \
-        for (; i + 4 <= n; i += 4) {                                                 \
-            for (int j = 0; j < 4; j++) {                                            \
-                T v = x[i + j];                                                      \
-                mx = v > mx ? v : mx;                                                \
-                mn = v < mn ? v : mn;                                                \
-                double d = (double)v;                                                \
-                s[j] += d;                                                           \
-                q[j] += d * d;                                                       \
-            }                                                                        \
-        }                                                                            \
-        for (; i < n; i++) {                                                         \
-            T v = x[i];                                                              \
-            mx = v > mx ? v : mx;                                                    \
-            mn = v < mn ? v : mn;                                                    \
-            double d = (double)v;                                                    \
-            s[0] += d;                                                               \
-            q[0] += d * d;                                                           \
-        }                                                                            \
-        out[0] = (double)mx;                                                         \
-        out[1] = (double)mn;                                                         \
-        out[2] = (s[0] + s[1]) + (s[2] + s[3]);                                      \
-        out[3] = (q[0] + q[1]) + (q[2] + q[3]);                                      \
-    }
-
-INT_PASS(pass_i64, int64_t)
-INT_PASS(pass_i32, int32_t)
-INT_PASS(pass_i16, int16_t)
-INT_PASS(pass_i8, int8_t)
-INT_PASS(pass_u8, uint8_t)
-
 /* int_stats_at(address, n, code): code 0..4 = int64, int32, int16, int8, uint8 -> (max, min, sum, sum of
    squares); code 5 = bool -> (count of true, 0, 0, 0). The caller (stats.py) checks dtype, device and
    contiguity and holds the tensor meanwhile, as for stats_at. */
@@ -234,22 +195,8 @@ static PyObject *int_stats_at(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "int_stats_at() needs an address, a positive count and a code in 0..5");
         return NULL;
     }
-    const void *x = (const void *)address;
     Py_BEGIN_ALLOW_THREADS
-    switch (code) {
-    case 0: pass_i64((const int64_t *)x, n, out); break;
-    case 1: pass_i32((const int32_t *)x, n, out); break;
-    case 2: pass_i16((const int16_t *)x, n, out); break;
-    case 3: pass_i8((const int8_t *)x, n, out); break;
-    case 4: pass_u8((const uint8_t *)x, n, out); break;
-    default: {
-        const uint8_t *b = (const uint8_t *)x;
-        Py_ssize_t count = 0;
-        for (Py_ssize_t i = 0; i < n; i++)
-            count += b[i] != 0;
-        out[0] = (double)count;
-    }
-    }
+    int_pass((const void *)address, n, code, out);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }

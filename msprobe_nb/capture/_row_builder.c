@@ -29,7 +29,10 @@ static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
    where the summarizer itself would use the C kernel (a statistics-only summarizer, _fused_stats built);
    C_SCALAR_TEXT is leaves.SCALAR_TEXT, describe_value's cache of plain scalars; C_HOST_COPY is
    Summarizer.host_copies_in_c(): (numpy.empty, numpy's float32, the largest copy in bytes) where the tensor
-   task's summarizer would copy a small float32 tensor into a numpy array, else None. */
+   task's summarizer would copy a small float32 tensor into a numpy array, else None. C_FLOAT16 and C_BFLOAT16
+   are those torch dtypes, C_HALF_MAX is stats.HALF_WIDEN_MAX_NUMEL: the most elements of a half-precision
+   tensor widened for the kernel; C_INT_DTYPES the six integer and bool dtypes in the integer pass's code
+   order (stats.INT_DTYPES). */
 /* The context's fields, in order, written once: the enum below and the CONTEXT_FIELDS tuple the module exports
    (the Python side builds ctx by these names and checks them at import: capture/c_contract.py). */
 #define CONTEXT(X) X(C_RECORDER, "recorder") X(C_SUMMARIZER, "summarizer") X(C_SUMMARIZE, "summarize") \
@@ -37,7 +40,8 @@ static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
     X(C_DEVICE_CODE, "device_code") X(C_DESCRIBE, "describe") X(C_ROW_OF, "row_of") X(C_NAN, "nan") \
     X(C_DEVICE_CPU, "device_cpu") X(C_TENSOR_TYPES, "tensor_types") X(C_TENSOR, "tensor") \
     X(C_FLOAT32, "float32") X(C_STRIDED, "strided") X(C_LEAVES, "leaves") X(C_WALK, "walk") X(C_POS, "positions") \
-    X(C_SIZE_TYPE, "size_type") X(C_SCALAR_TEXT, "scalar_text") X(C_HOST_COPY, "host_copy")
+    X(C_SIZE_TYPE, "size_type") X(C_SCALAR_TEXT, "scalar_text") X(C_HOST_COPY, "host_copy") \
+    X(C_FLOAT16, "float16") X(C_BFLOAT16, "bfloat16") X(C_HALF_MAX, "half_max") X(C_INT_DTYPES, "int_dtypes")
 #define AS_ENUM(id, name) id,
 #define AS_NAME(id, name) name,
 enum { CONTEXT(AS_ENUM) C_SIZE };
@@ -90,76 +94,157 @@ typedef struct {
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
    kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
    statistics-only summarizer; a not negated float32 CPU strided tensor with elements, all finite, read along
-   its strides when it is not contiguous),
+   its strides when it is not contiguous; a contiguous float16 or bfloat16 one widened as _half_stats does),
    and for the tensor task also the host copy _host_copy makes of such a tensor of at most C_HOST_COPY's bytes
    (a C-ordered numpy float32 array of its shape, appended to the summarizer's tensors); every other tensor
    goes to summarize itself. */
+/* What the kernel reads of a tensor, by its dtype: float32, float16 or bfloat16 widened to float32, or an
+   integer or bool kind (the integer pass's code, 0-5); NONE: the summarizer's own way. */
+enum { READ_NONE = -1, READ_F32 = 6, READ_F16 = 7, READ_BF16 = 8 };
+
+static int read_kind(const Facts *f, PyObject *ctx, int stats_only)
+{
+    if (f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32))
+        return READ_F32;
+    if (!stats_only)
+        return READ_NONE;
+    if (f->dtype == PyTuple_GET_ITEM(ctx, C_BFLOAT16))
+        return READ_BF16;
+    if (f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT16))
+        return READ_F16;
+    PyObject *ints = PyTuple_GET_ITEM(ctx, C_INT_DTYPES);  /* build_rows checked it: a tuple of six */
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ints); j++)
+        if (f->dtype == PyTuple_GET_ITEM(ints, j))
+            return (int)j;
+    return READ_NONE;
+}
+
+/* The statistics row (max, min, mean, norm, NaN, +inf, -inf) of a tensor the kernel reads, as the summarizer
+   would give it; 1 when done (address: its data_ptr()), 0 when the summarizer must (NaN or inf, a layout or
+   size the kernel does not take), -1 on error. */
+static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, int copying, Py_ssize_t *address,
+                      double row[7])
+{
+    Py_ssize_t n = f->n;
+    if (kind == READ_F16 || kind == READ_BF16) {  /* only up to the size _half_stats widens */
+        Py_ssize_t most = PyLong_AsSsize_t(PyTuple_GET_ITEM(ctx, C_HALF_MAX));
+        if (most == -1 && PyErr_Occurred())
+            return -1;
+        if (n > most)
+            return 0;
+    }
+    PyObject *v = PyObject_GetAttr(leaf, s_layout);
+    if (v == NULL)
+        return -1;
+    int strided = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
+    Py_DECREF(v);
+    if (!strided)
+        return 0;
+    int contiguous = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous));
+    if (contiguous < 0)
+        return -1;
+    if (!contiguous && (kind != READ_F32 || copying))  /* only float32 views are read along their strides */
+        return 0;
+    int neg = truth(PyObject_CallMethodNoArgs(leaf, s_is_neg));
+    if (neg != 0)
+        return neg < 0 ? -1 : 0;
+    v = PyObject_CallMethodNoArgs(leaf, s_data_ptr);
+    if (v == NULL)
+        return -1;
+    *address = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (*address == -1 && PyErr_Occurred())
+        return -1;
+    if (*address == 0)
+        return 0;
+    const void *x = (const void *)*address;
+    double out[4];
+    int any_nan = 0, free_threads = n >= (1 << 18);
+    if (kind >= 0 && kind <= 5) {  /* integers and bool: exact max and min, float64 sums, as _int_stats */
+        if (free_threads) {
+            Py_BEGIN_ALLOW_THREADS
+            int_pass(x, n, kind, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            int_pass(x, n, kind, out);
+        }
+        if (kind == 5) {
+            row[0] = out[0] > 0;
+            row[1] = out[0] == (double)n;
+            row[2] = out[0] / (double)n;
+            row[3] = sqrt(out[0]);
+        } else {
+            row[0] = out[0];
+            row[1] = out[1];
+            row[2] = out[2] / (double)n;
+            row[3] = sqrt(out[3]);
+        }
+        row[4] = row[5] = row[6] = 0.0;
+        return 1;
+    }
+    if (kind == READ_F32 && !contiguous) {
+        PyObject *strides = PyObject_CallMethodNoArgs(leaf, s_stride);
+        if (strides == NULL)
+            return -1;
+        Py_ssize_t m = 0;
+        int got = strided_pass_seq((const float *)x, f->shape, strides, &m, out);
+        Py_DECREF(strides);
+        if (got == -2) {  /* sizes that are not plain ints: the summarizer's own way */
+            if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
+                return -1;
+            PyErr_Clear();
+        }
+        if (got != 0 || m != n)
+            return 0;
+    } else {
+        float *wide = NULL;  /* float16 / bfloat16: one float32 copy, as _half_stats makes it */
+        if (kind != READ_F32 && (wide = PyMem_Malloc((size_t)n * sizeof(float))) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (free_threads) {
+            Py_BEGIN_ALLOW_THREADS
+            if (wide != NULL)
+                widen_half((const uint16_t *)x, n, kind == READ_BF16, wide);
+            any_nan = stats_pass(wide != NULL ? wide : (const float *)x, n, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            if (wide != NULL)
+                widen_half((const uint16_t *)x, n, kind == READ_BF16, wide);
+            any_nan = stats_pass(wide != NULL ? wide : (const float *)x, n, out);
+        }
+        PyMem_Free(wide);
+    }
+    if (any_nan || !isfinite(out[0]) || !isfinite(out[1]))
+        return 0;
+    /* the kernel's (max, min, sum, norm) as _fused_stats.result gives them, then stats.py's mean = sum / n */
+    double norm = f32_norm(out[3], n, out[0]);
+    row[0] = out[0];
+    row[1] = out[1];
+    row[2] = (double)(float)out[2] / (double)n;
+    row[3] = (double)(float)norm;
+    row[4] = row[5] = row[6] = 0.0;
+    return 1;
+}
+
 static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
     PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER), *how = PyTuple_GET_ITEM(ctx, C_HOST_COPY);
     Py_ssize_t n = f->n, address = 0;
     int copying = how != Py_None;  /* build_rows checked it: None or a triple */
-    int fast = (PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True || copying) && f->dtype == PyTuple_GET_ITEM(ctx, C_FLOAT32)
-               && f->is_cpu && n > 0;
-    if (fast && copying) {  /* only copies the summarizer makes as numpy arrays: larger ones are torch clones */
+    int stats_only = PyTuple_GET_ITEM(ctx, C_KERNEL) == Py_True;
+    int kind = (stats_only || copying) && f->is_cpu && n > 0 ? read_kind(f, ctx, stats_only) : READ_NONE;
+    if (kind == READ_F32 && copying) {  /* only copies the summarizer makes as numpy arrays: larger ones are torch clones */
         Py_ssize_t most = PyLong_AsSsize_t(PyTuple_GET_ITEM(how, 2));
         if (most == -1 && PyErr_Occurred())
             return NULL;
-        fast = n <= most / (Py_ssize_t)sizeof(float);
+        if (n > most / (Py_ssize_t)sizeof(float))
+            kind = READ_NONE;
     }
-    PyObject *v = NULL;
-    if (fast) {
-        v = PyObject_GetAttr(leaf, s_layout);
-        if (v == NULL)
-            return NULL;
-        fast = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
-        Py_DECREF(v);
-    }
-    int contiguous = 0;
-    if (fast && (contiguous = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous))) < 0)
+    double stats[7];
+    int fast = kind == READ_NONE ? 0 : kernel_row(leaf, f, ctx, kind, copying, &address, stats);
+    if (fast < 0)
         return NULL;
-    fast = fast && (contiguous || !copying);  /* a view that is not contiguous: read along its strides */
-    if (fast) {
-        int neg = truth(PyObject_CallMethodNoArgs(leaf, s_is_neg));
-        if (neg < 0)
-            return NULL;
-        fast = !neg;
-    }
-    double out[4];
-    if (fast) {
-        v = PyObject_CallMethodNoArgs(leaf, s_data_ptr);
-        if (v == NULL)
-            return NULL;
-        address = PyLong_AsSsize_t(v);
-        Py_DECREF(v);
-        if (address == -1 && PyErr_Occurred())
-            return NULL;
-        fast = address != 0;
-        if (fast && contiguous) {
-            int any_nan;
-            if (n >= (1 << 18)) {
-                Py_BEGIN_ALLOW_THREADS
-                any_nan = stats_pass((const float *)address, n, out);
-                Py_END_ALLOW_THREADS
-            } else {
-                any_nan = stats_pass((const float *)address, n, out);
-            }
-            fast = !any_nan && isfinite(out[0]) && isfinite(out[1]);
-        } else if (fast) {
-            PyObject *strides = PyObject_CallMethodNoArgs(leaf, s_stride);
-            if (strides == NULL)
-                return NULL;
-            Py_ssize_t m = 0;
-            int got = strided_pass_seq((const float *)address, f->shape, strides, &m, out);
-            Py_DECREF(strides);
-            if (got == -2) {  /* sizes that are not plain ints: the summarizer's own way */
-                if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
-                    return NULL;
-                PyErr_Clear();
-            }
-            fast = got == 0 && m == n && isfinite(out[0]) && isfinite(out[1]);
-        }
-    }
     if (!fast)
         return PyObject_CallOneArg(PyTuple_GET_ITEM(ctx, C_SUMMARIZE), leaf);
     PyObject *copy = NULL;  /* the tensor task's host copy: numpy.empty(shape, float32), filled from the tensor */
@@ -182,10 +267,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
             return NULL;
         }
     }
-    /* the kernel's (max, min, sum, norm) as _fused_stats.result gives them, then stats.py's mean = sum / n */
-    double norm = f32_norm(out[3], n, out[0]);
-    double sum = (double)(float)out[2];
-    PyObject *row = Py_BuildValue("(ddddddd)", out[0], out[1], sum / (double)n, (double)(float)norm, 0.0, 0.0, 0.0);
+    PyObject *row = Py_BuildValue("(ddddddd)", stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6]);
     PyObject *values = row == NULL ? NULL : PyObject_GetAttr(summ, s_values);
     PyObject *tensors = values == NULL || !copying ? NULL : PyObject_GetAttr(summ, s_tensors);
     Py_ssize_t idx = -1;
@@ -651,7 +733,8 @@ static PyObject *build_rows(PyObject *self, PyObject *const *args, Py_ssize_t na
         || !PyDict_CheckExact(PyTuple_GET_ITEM(ctx, C_SCALAR_TEXT))
         || !(PyTuple_GET_ITEM(ctx, C_HOST_COPY) == Py_None
              || (PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_HOST_COPY)) && PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, C_HOST_COPY)) == 3))
-        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_POS))) {
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_TENSOR_TYPES)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_POS))
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(ctx, C_INT_DTYPES)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(ctx, C_INT_DTYPES)) != 6) {
         PyErr_SetString(PyExc_TypeError, "build_rows() got arguments of the wrong types");
         return NULL;
     }

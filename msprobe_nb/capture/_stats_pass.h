@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -310,6 +311,102 @@ static int strided_pass_seq(const float *x, PyObject *shape, PyObject *strides, 
         got = strided_pass(x, ndim, size, stride, out);
     }
     return got;
+}
+
+/* float16 and bfloat16 values widened to float32, exactly as torch's .to(torch.float32) widens them: a
+   bfloat16 is the high half of a float32; a float16's exponent is rebased (bias 15 to 127), a subnormal one
+   is its mantissa times 2^-24 (exact in float32), inf and NaN stay inf and NaN. */
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0) {
+        float f = (float)man * 5.9604644775390625e-8f;  /* 2^-24 */
+        return sign ? -f : f;
+    }
+    u = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112u) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* n float16 (bf16 == 0) or bfloat16 (bf16 == 1) values at x, widened into dst (n float32). */
+static inline void widen_half(const uint16_t *x, Py_ssize_t n, int bf16, float *dst)
+{
+    if (bf16)
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(x[i]);
+    else
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(x[i]);
+}
+
+/* Integer and bool tensors: torch's path takes aminmax, a float64 copy, its mean and its norm, each a dispatch
+   and a read back. Here: exact max and min, and the sum and sum of squares accumulated in double (four
+   partial sums), as torch's float64 reductions accumulate them. For bool, the count of true elements. */
+#define INT_PASS(NAME, T)                                                            \
+    static inline void NAME(const T *x, Py_ssize_t n, double out[4])                        \
+    {                                                                                \
+        T mx = x[0], mn = x[0];                                                      \
+        double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};                             \
+        Py_ssize_t i = 0;                                                            \
+        for (; i + 4 <= n; i += 4) {                                                 \
+            for (int j = 0; j < 4; j++) {                                            \
+                T v = x[i + j];                                                      \
+                mx = v > mx ? v : mx;                                                \
+                mn = v < mn ? v : mn;                                                \
+                double d = (double)v;                                                \
+                s[j] += d;                                                           \
+                q[j] += d * d;                                                       \
+            }                                                                        \
+        }                                                                            \
+        for (; i < n; i++) {                                                         \
+            T v = x[i];                                                              \
+            mx = v > mx ? v : mx;                                                    \
+            mn = v < mn ? v : mn;                                                    \
+            double d = (double)v;                                                    \
+            s[0] += d;                                                               \
+            q[0] += d * d;                                                           \
+        }                                                                            \
+        out[0] = (double)mx;                                                         \
+        out[1] = (double)mn;                                                         \
+        out[2] = (s[0] + s[1]) + (s[2] + s[3]);                                      \
+        out[3] = (q[0] + q[1]) + (q[2] + q[3]);                                      \
+    }
+
+INT_PASS(pass_i64, int64_t)
+INT_PASS(pass_i32, int32_t)
+INT_PASS(pass_i16, int16_t)
+INT_PASS(pass_i8, int8_t)
+INT_PASS(pass_u8, uint8_t)
+
+
+/* int_pass(x, n, code, out): code 0..4 = int64, int32, int16, int8, uint8 -> (max, min, sum, sum of squares);
+   code 5 = bool -> (count of true, 0, 0, 0). */
+static inline void int_pass(const void *x, Py_ssize_t n, int code, double out[4])
+{
+    switch (code) {
+    case 0: pass_i64((const int64_t *)x, n, out); break;
+    case 1: pass_i32((const int32_t *)x, n, out); break;
+    case 2: pass_i16((const int16_t *)x, n, out); break;
+    case 3: pass_i8((const int8_t *)x, n, out); break;
+    case 4: pass_u8((const uint8_t *)x, n, out); break;
+    default: {
+        const uint8_t *b = (const uint8_t *)x;
+        Py_ssize_t count = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            count += b[i] != 0;
+        out[0] = (double)count;
+        out[1] = out[2] = out[3] = 0;
+    }
+    }
 }
 
 #endif

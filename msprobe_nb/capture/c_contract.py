@@ -43,7 +43,8 @@ MODULE_HOOKS_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error",
 #: what the row builder's context holds, by name (Recorder builds it from these)
 CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
                   "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",
-                  "walk", "positions", "size_type", "scalar_text", "host_copy")
+                  "walk", "positions", "size_type", "scalar_text", "host_copy", "float16", "bfloat16", "half_max",
+                  "int_dtypes")
 #: a row's ``kind`` codes, on both sides
 KIND_CODES = {"tensor": 0, "none": 1, "value": 2}
 #: the fields of a seen entry (``Recorder._seen[id(tensor)]``), which both sides build and read

@@ -28,6 +28,8 @@ from msprobe_nb.capture.naming import module_call_name
 from msprobe_nb.capture.overflow_watch import OverflowWatch
 from msprobe_nb.capture.stacks import StackTable
 from msprobe_nb.capture.stats import (  # NAN: numel, requires_grad, tensor_id of non-tensor rows
+    HALF_WIDEN_MAX_NUMEL,
+    INT_DTYPES,
     NAN,
     PLAIN_TENSORS,
     Summarizer,
@@ -101,7 +103,9 @@ class Recorder:
             "describe": describe_value, "row_of": self._row_of, "nan": NAN, "device_cpu": DEVICE_CPU,
             "tensor_types": PLAIN_TENSORS, "tensor": torch.Tensor, "float32": torch.float32,
             "strided": torch.strided, "leaves": leaves, "walk": walk, "positions": POSITIONS,
-            "size_type": torch.Size, "scalar_text": SCALAR_TEXT, "host_copy": summ.host_copies_in_c()})
+            "size_type": torch.Size, "scalar_text": SCALAR_TEXT, "host_copy": summ.host_copies_in_c(),
+            "float16": torch.float16, "bfloat16": torch.bfloat16, "half_max": HALF_WIDEN_MAX_NUMEL,
+            "int_dtypes": INT_DTYPES})
         self.reset_step()
 
     def c_parts(self) -> dict[str, Any]:

@@ -110,6 +110,8 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
 INT_COPY_MAX_NUMEL = 1 << 20
 #: the integer kernel's code of each dtype it reads (capture/_fused_stats.c, int_stats_at); 5 is bool
 _INT_CODES = {torch.int64: 0, torch.int32: 1, torch.int16: 2, torch.int8: 3, torch.uint8: 4, torch.bool: 5}
+#: those dtypes in code order (the row builder's context: capture/_row_builder.c reads them itself)
+INT_DTYPES = tuple(sorted(_INT_CODES, key=_INT_CODES.__getitem__))
 
 
 def _int_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
