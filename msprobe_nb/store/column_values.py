@@ -50,11 +50,14 @@ def nullable(values: Any, n: int, na: int, dtype: Any, cast: Any) -> np.ndarray:
     """A nullable column as numpy: missing values become ``na``."""
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":
         missing = np.isnan(values)
-        given = values[~missing]
-        bad = given[~(np.isfinite(given) & (given == np.round(given)))]
-        if bad.size:  # never truncated: 1.5 or inf is an error, as exact_int makes it for a list
-            raise ValueError(f"{float(bad[0])!r} is not an integer")
-        return np.where(missing, na, np.where(missing, 0, values)).astype(dtype)
+        filled = np.where(missing, 0.0, values)
+        with np.errstate(invalid="ignore"):  # inf or beyond int64: caught as not equal below
+            ints = filled.astype(np.int64)
+        bad = ints != filled
+        if bad.any():  # never truncated: 1.5 or inf is an error, as exact_int makes it for a list
+            raise ValueError(f"{float(filled[bad][0])!r} is not an integer")
+        ints[missing] = na
+        return ints.astype(dtype, copy=False)
     return np.fromiter((na if is_missing(v) else cast(v) for v in as_list(values)), dtype, count=n)
 
 
