@@ -46,19 +46,21 @@ class _Switches:
     """Turns the kit's C paths off and on again, in one recorder (the same switches as the tests')."""
 
     def __init__(self, dbg):
-        from msprobe_nb.capture import api_mode, grad_hooks, recorder, stacks, stats
+        from msprobe_nb.capture import api_mode, c_contract, grad_hooks, recorder, stacks, stats
         self.dbg, self.recorder_mod, self.stacks_mod, self.stats_mod = dbg, recorder, stacks, stats
         self.api_mode, self.grad_hooks = api_mode, grad_hooks
         self.saved = (recorder._build_rows, stacks._stack_key, stats._fused_at)
         # read when start() makes the mode and at each API backward, so each step takes its arm's
         self.handler, self.backward = api_mode._api_handler, grad_hooks._api_backward
-        self.ctx = dbg._recorder._row_ctx  # its last entry: where the builder makes host copies itself
+        self.ctx = dbg._recorder._row_ctx  # its host_copy field: where the builder makes host copies itself
+        self.replaced = c_contract.replaced
 
     def set(self, arm: str) -> None:
         rec = self.dbg._recorder
         build, key, fused = self.saved
         rec.build_rows = None if arm in ("no row builder", "Python only") else build
-        rec._row_ctx = self.ctx[:-1] + (None,) if arm == "no C copies" else self.ctx
+        rec._row_ctx = self.replaced(self.recorder_mod._row_builder, self.ctx, "host_copy", None) \
+            if arm == "no C copies" else self.ctx
         self.stacks_mod._stack_key = None if arm == "Python only" else key
         self.stats_mod._fused_at = None if arm == "Python only" else fused
         off = arm in ("no C handler", "Python only")

@@ -17,6 +17,7 @@ import torch.nn as nn
 from helpers import real_model
 
 import msprobe_nb
+from msprobe_nb.capture import c_contract
 from msprobe_nb.capture import recorder as recorder_mod
 from msprobe_nb.capture import stats as stats_mod
 from msprobe_nb.capture.calls import Call
@@ -328,8 +329,15 @@ def test_bad_arguments_raise_instead_of_crashing():
         build([], (t,), None, 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)
     with pytest.raises(TypeError):
         build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen)
+    mod = recorder_mod._row_builder
     with pytest.raises(TypeError):  # the host-copy entry is None or a triple
-        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx[:-1] + ((1, 2),))
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen,
+              c_contract.replaced(mod, rec._row_ctx, "host_copy", (1, 2)))
+    with pytest.raises(TypeError):  # the integer dtypes are a tuple of six
+        build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen,
+              c_contract.replaced(mod, rec._row_ctx, "int_dtypes", (torch.int64,)))
+    assert build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen,
+                 c_contract.replaced(mod, rec._row_ctx, "host_copy", None)) == 1
     rec._seen[id(t)] = "not an entry"
     with pytest.raises(TypeError, match="seen"):
         build([], (t,), "", 0, "x", 0, False, False, "x", rec._seen, rec._row_ctx)

@@ -130,6 +130,14 @@ def module_hooks() -> ModuleType | None:
     return _with_context("_module_hooks", MODULE_HOOKS_ABI, MODULE_HOOKS_FIELDS)
 
 
+def replaced(mod: ModuleType | None, ctx: tuple, name: str, value: Any) -> tuple:
+    """``ctx`` (a row builder context made by :func:`context` for ``mod``) with its field ``name`` set to
+    ``value``: benchmarks and tests switch one field (the host copies) without knowing the order."""
+    order = getattr(mod, "CONTEXT_FIELDS", CONTEXT_FIELDS) if mod is not None else CONTEXT_FIELDS
+    i = list(order).index(name)
+    return ctx[:i] + (value,) + ctx[i + 1:]
+
+
 def context(mod: ModuleType | None, values: dict[str, Any]) -> tuple:
     """The row builder's context: ``values`` (one per :data:`CONTEXT_FIELDS` name) in the order ``mod``
     was built with (this module's order without an extension)."""
