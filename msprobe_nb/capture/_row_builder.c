@@ -91,13 +91,6 @@ typedef struct {
     Py_ssize_t n;
 } Facts;
 
-/* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
-   kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
-   statistics-only summarizer; a not negated float32 CPU strided tensor with elements, all finite, read along
-   its strides when it is not contiguous; a contiguous float16 or bfloat16 one widened as _half_stats does),
-   and for the tensor task also the host copy _host_copy makes of such a tensor of at most C_HOST_COPY's bytes
-   (a C-ordered numpy float32 array of its shape, appended to the summarizer's tensors); every other tensor
-   goes to summarize itself. */
 /* What the kernel reads of a tensor, by its dtype: float32, float16 or bfloat16 widened to float32, or an
    integer or bool kind (the integer pass's code, 0-5); NONE: the summarizer's own way. */
 enum { READ_NONE = -1, READ_F32 = 6, READ_F16 = 7, READ_BF16 = 8 };
@@ -227,6 +220,14 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
     return 1;
 }
 
+/* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
+   kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
+   statistics-only summarizer; a not negated float32 CPU strided tensor with elements, all finite, read along
+   its strides when it is not contiguous; a contiguous float16 or bfloat16 one widened as _half_stats does; a
+   contiguous integer or bool one by the integer pass, as _int_stats does),
+   and for the tensor task also the host copy _host_copy makes of such a tensor of at most C_HOST_COPY's bytes
+   (a C-ordered numpy float32 array of its shape, appended to the summarizer's tensors); every other tensor
+   goes to summarize itself. */
 static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 {
     PyObject *summ = PyTuple_GET_ITEM(ctx, C_SUMMARIZER), *how = PyTuple_GET_ITEM(ctx, C_HOST_COPY);

@@ -61,10 +61,15 @@ def _float_view(t: torch.Tensor) -> tuple[torch.Tensor, torch.dtype | None]:
 PLAIN_TENSORS = (_TENSOR, _PARAMETER)
 
 
+def _plain_cpu(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements lie at ``data_ptr()`` as they are, along its strides: a plain tensor or a
+    Parameter (not a subclass), on the CPU, not a negative view."""
+    return type(t) in PLAIN_TENSORS and t.is_cpu and not t.is_neg()
+
+
 def _plain_memory(t: torch.Tensor) -> bool:
-    """Whether ``t``'s elements lie at ``data_ptr()`` as they are, one after another: a plain tensor or a
-    Parameter (not a subclass), on the CPU, contiguous (not a transpose) and not a negative view."""
-    return type(t) in PLAIN_TENSORS and t.is_cpu and t.is_contiguous() and not t.is_neg()
+    """:func:`_plain_cpu`, and contiguous (not a transpose): the elements one after another."""
+    return _plain_cpu(t) and t.is_contiguous()
 
 
 def kernel_readable(t: torch.Tensor) -> bool:
@@ -86,7 +91,7 @@ def _fused_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     values is checked here; a view that is not contiguous (a transpose, a slice: attention heads, a split
     projection) is read along its strides. A tensor with NaN or inf (a mask, an overflow) is read once more,
     element by element, for torch's max, min, sum and norm of it and the counts torch's path makes."""
-    if _fused_at is None or t.dtype is not _F32 or type(t) not in PLAIN_TENSORS or not t.is_cpu or t.is_neg():
+    if _fused_at is None or t.dtype is not _F32 or not _plain_cpu(t):
         return None
     if t.is_contiguous():
         mx, mn, s, norm = _fused_at(t.data_ptr(), n)
@@ -121,7 +126,7 @@ def _int_stats(t: torch.Tensor, n: int) -> tuple[float, ...] | None:
     torch call against the four reductions and reads back of torch's path. The same numbers as
     :func:`_cpu_stats`: exact max and min, mean and norm from float64 sums (up to summation order)."""
     code = _INT_CODES.get(t.dtype)
-    if code is None or _int_at is None or type(t) not in PLAIN_TENSORS or not t.is_cpu or t.is_neg():
+    if code is None or _int_at is None or not _plain_cpu(t):
         return None
     if not t.is_contiguous():
         if n > INT_COPY_MAX_NUMEL or t.layout is not _STRIDED:
