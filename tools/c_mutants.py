@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
-         "tests/test_module_hooks_c.py", "tests/test_row_builder.py"]
+         "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py"]
 
 #: (file under msprobe_nb/capture/, name, original text (exactly once in the file), the fault)
 MUTANTS: list[tuple[str, str, str, str]] = [
@@ -264,6 +264,15 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('_row_builder.c', 'rb-strided-finite',
      '    if (any_nan || !isfinite(out[0]) || !isfinite(out[1]))\n        return 0;',
      '    if (0)\n        return 0;'),
+    ('_slot_attrs.h', 'slot-stale-tag',
+     'PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) && e->tag == tp->tp_version_tag)',
+     'PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))'),
+    ('_slot_attrs.h', 'slot-any-descriptor',
+     'if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {',
+     'if (d != NULL && Py_TYPE(d)->tp_descr_set != NULL && !PyType_Check(d)) {'),
+    ('_slot_attrs.h', 'slot-set-lost',
+     '    *addr = Py_NewRef(value);\n    Py_XDECREF(old);',
+     '    (void)addr;\n    (void)old;'),
 ]
 
 #: faults no test can see, and why

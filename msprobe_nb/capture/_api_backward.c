@@ -9,6 +9,16 @@
  * counters and indices are the same (tests/test_api_handler.py diffs whole dumps of both paths).
  */
 #include "_api_calls.h"
+/* the attributes read at their slots (_slot_attrs.h) */
+SLOT_CACHE(active);
+SLOT_CACHE(call);
+SLOT_CACHE(construct);
+SLOT_CACHE(counter);
+SLOT_CACHE(family);
+SLOT_CACHE(module_path);
+SLOT_CACHE(op);
+SLOT_CACHE(parent);
+SLOT_CACHE(stack_id);
 
 #define API_BACKWARD_ABI 1
 
@@ -116,7 +126,7 @@ static PyObject *open_call(Rows *r)
         return NULL;
     int has_parent = PyObject_IsTrue(r->parent);
     if (has_parent > 0) {
-        PyObject *construct = PyObject_GetAttr(rec, s_construct);
+        PyObject *construct = SLOT_GET(rec, construct);
         has_parent = construct == NULL || PyObject_SetItem(construct, r->bname, r->parent) < 0 ? -1 : 0;
         Py_XDECREF(construct);
     }
@@ -261,7 +271,7 @@ static PyObject *NodeHook_call(NodeHook *h, PyObject *args, PyObject *kw)
         return NULL;
     }
     PyObject *ctx = h->rows->ctx, *rec = CTX(ctx, C_RECORDER);
-    int on = truth(PyObject_GetAttr(rec, s_active));
+    int on = truth(SLOT_GET(rec, active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *off;
@@ -504,7 +514,7 @@ static int graph_edges(PyObject *ctx, PyObject *outputs, PyObject *wanted, PyObj
 static PyObject *backward_names(PyObject *ctx, PyObject *c, PyObject **parent)
 {
     *parent = NULL;
-    PyObject *call = PyObject_GetAttr(c, s_call), *bname = NULL;
+    PyObject *call = SLOT_GET(c, call), *bname = NULL;
     if (call == NULL)
         return NULL;
     int tail = PyUnicode_Check(call) ? (int)PyUnicode_Tailmatch(call, s_dot_forward, 0, PY_SSIZE_T_MAX, 1) : 0;
@@ -517,7 +527,7 @@ static PyObject *backward_names(PyObject *ctx, PyObject *c, PyObject **parent)
     } else {
         bname = PyObject_CallOneArg(CTX(ctx, C_BACKWARD_NAME), call);
     }
-    PyObject *p = bname != NULL ? PyObject_GetAttr(c, s_parent) : NULL;
+    PyObject *p = bname != NULL ? SLOT_GET(c, parent) : NULL;
     int has = p != NULL ? PyObject_IsTrue(p) : -1;
     if (has > 0)
         *parent = cached(CTX(ctx, C_BACKWARD_NAMES), CTX(ctx, C_BACKWARD_OF), p);
@@ -605,11 +615,11 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
     } else { /* from the C handler: the names attach_api_backward would have given */
         rows->bname = backward_names(ctx, c, &rows->parent);
     }
-    rows->family = PyObject_GetAttr(c, s_family);
-    rows->op = PyObject_GetAttr(c, s_op);
-    rows->counter = PyObject_GetAttr(c, s_counter);
-    rows->module_path = PyObject_GetAttr(c, s_module_path);
-    rows->stack_id = PyObject_GetAttr(c, s_stack_id);
+    rows->family = SLOT_GET(c, family);
+    rows->op = SLOT_GET(c, op);
+    rows->counter = SLOT_GET(c, counter);
+    rows->module_path = SLOT_GET(c, module_path);
+    rows->stack_id = SLOT_GET(c, stack_id);
     rows->paths = Py_NewRef(paths);
     rows->counts = Py_NewRef(counts_t);
     rows->call = NULL;

@@ -7,10 +7,20 @@
 #define MSPROBE_NB_API_CALLS_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_slot_attrs.h"
 
 static PyObject *s_busy, *s_all_data, *s_build_rows, *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_empty;
 static PyObject *s_dot, *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;
 static PyObject *s_enter, *s_exit;
+SLOT_CACHE(all_data);
+SLOT_CACHE(build_rows);
+SLOT_CACHE(busy);
+SLOT_CACHE(call_index);
+SLOT_CACHE(calls);
+SLOT_CACHE(row_ctx);
+SLOT_CACHE(rows);
+SLOT_CACHE(seen);
+SLOT_CACHE(slot);
 
 #define API_INTERN(var, text) ((var) = PyUnicode_InternFromString(text)) == NULL
 
@@ -48,9 +58,9 @@ static PyObject *call2(PyObject *f, PyObject *a, PyObject *b)
 }
 
 /* rec.<name> += delta */
-static int add_to(PyObject *obj, PyObject *name, long delta)
+static int add_to(PyObject *obj, PyObject *name, SlotCache *cache, long delta)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = slot_get(obj, name, cache);
     if (v == NULL)
         return -1;
     long n = PyLong_AsLong(v);
@@ -60,7 +70,7 @@ static int add_to(PyObject *obj, PyObject *name, long delta)
     PyObject *w = PyLong_FromLong(n + delta);
     if (w == NULL)
         return -1;
-    int r = PyObject_SetAttr(obj, name, w);
+    int r = slot_set(obj, name, w, cache);
     Py_DECREF(w);
     return r;
 }
@@ -68,9 +78,9 @@ static int add_to(PyObject *obj, PyObject *name, long delta)
 /* rec.call_index, then rec.call_index += 1 (Recorder._take_index): a new reference, NULL on error. */
 static PyObject *take_index(PyObject *rec)
 {
-    PyObject *idx = PyObject_GetAttr(rec, s_call_index);
+    PyObject *idx = SLOT_GET(rec, call_index);
     PyObject *after = idx != NULL ? PyNumber_Add(idx, k_one) : NULL;
-    int failed = after == NULL || PyObject_SetAttr(rec, s_call_index, after) < 0;
+    int failed = after == NULL || SLOT_SET(rec, call_index, after) < 0;
     Py_XDECREF(after);
     if (failed)
         Py_CLEAR(idx);
@@ -85,7 +95,7 @@ static int working_enter(PyObject *acquire, PyObject *release, PyObject *rec)
     if (r == NULL)
         return -1;
     Py_DECREF(r);
-    if (add_to(rec, s_busy, 1) < 0) {
+    if (add_to(rec, s_busy, &sc_busy, 1) < 0) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         r = PyObject_CallNoArgs(release);
@@ -102,7 +112,7 @@ static int working_leave(PyObject *release, PyObject *rec)
 {
     PyObject *et, *ev, *tb, *ot = NULL, *ov = NULL, *ob = NULL;
     PyErr_Fetch(&et, &ev, &tb);
-    if (add_to(rec, s_busy, -1) < 0)
+    if (add_to(rec, s_busy, &sc_busy, -1) < 0)
         PyErr_Fetch(&ot, &ov, &ob);
     PyObject *r = PyObject_CallNoArgs(release);
     if (r == NULL) {
@@ -206,10 +216,10 @@ static int add_rows_base(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyOb
                          PyObject *direction, PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix,
                          int is_kwarg, int set_producer)
 {
-    int all = truth(PyObject_GetAttr(rec, s_all_data));
+    int all = truth(SLOT_GET(rec, all_data));
     if (all < 0)
         return -1;
-    PyObject *build = PyObject_GetAttr(rec, s_build_rows);
+    PyObject *build = SLOT_GET(rec, build_rows);
     if (build == NULL)
         return -1;
     if (!all || build == Py_None) {
@@ -225,9 +235,9 @@ static int add_rows_base(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyOb
         return 0;
     }
     int failed = -1;
-    PyObject *calls = PyObject_GetAttr(rec, s_calls), *slot = PyObject_GetAttr(c, s_slot);
-    PyObject *rows = PyObject_GetAttr(rec, s_rows), *seen = PyObject_GetAttr(rec, s_seen);
-    PyObject *ctx = PyObject_GetAttr(rec, s_row_ctx), *k = NULL;
+    PyObject *calls = SLOT_GET(rec, calls), *slot = SLOT_GET(c, slot);
+    PyObject *rows = SLOT_GET(rec, rows), *seen = SLOT_GET(rec, seen);
+    PyObject *ctx = SLOT_GET(rec, row_ctx), *k = NULL;
     if (calls == NULL || slot == NULL || rows == NULL || seen == NULL || ctx == NULL)
         goto done;
     if (!PyList_Check(calls) || !PyList_Check(rows)) {
@@ -252,7 +262,7 @@ static int add_rows_base(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyOb
     if (fresh && PyList_GET_SIZE(rows) > n) { /* rows were added (even if a later leaf failed): they point at k */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (PyObject_SetAttr(c, s_slot, k) < 0 || PyList_Append(calls, c) < 0)
+        if (SLOT_SET(c, slot, k) < 0 || PyList_Append(calls, c) < 0)
             failed = -1;
         if (et != NULL) {
             PyErr_Clear();

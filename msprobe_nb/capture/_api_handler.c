@@ -16,6 +16,13 @@
  * setup.py builds this for CPython 3.11+ (the frame API it reads: PyFrame_GetLasti, PyCode_GetCode).
  */
 #include "_api_calls.h"
+/* the attributes read at their slots (_slot_attrs.h) */
+SLOT_CACHE(active);
+SLOT_CACHE(api_counters);
+SLOT_CACHE(call);
+SLOT_CACHE(construct);
+SLOT_CACHE(module_stack);
+SLOT_CACHE(select_all);
 #include <frameobject.h>
 
 #define API_HANDLER_ABI 1
@@ -158,7 +165,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     PyObject *rec = CTX(h, C_RECORDER), *family = PyTuple_GET_ITEM(resolved, 0), *op = PyTuple_GET_ITEM(resolved, 1);
     PyObject *counters = NULL, *name = NULL, *stack = NULL, *parent = NULL, *direction = NULL, *sid = NULL;
     PyObject *idx = NULL, *c = NULL, *counter = NULL;
-    counters = PyObject_GetAttr(rec, s_api_counters);
+    counters = SLOT_GET(rec, api_counters);
     if (counters == NULL || !PyDict_Check(counters)) {
         if (counters != NULL)
             PyErr_SetString(PyExc_TypeError, "Recorder.api_counters must be a dict");
@@ -175,7 +182,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     }
     Py_DECREF(next);
     name = PyUnicode_FromFormat("%U.%U.%S.forward", family, op, counter);
-    stack = PyObject_GetAttr(rec, s_module_stack);
+    stack = SLOT_GET(rec, module_stack);
     if (name == NULL || stack == NULL)
         goto done;
     Py_ssize_t depth = PyObject_Length(stack);
@@ -200,7 +207,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     if (inside < 0)
         goto done;
     direction = Py_NewRef(inside ? s_recompute : s_forward);
-    int all = truth(PyObject_GetAttr(rec, s_select_all));
+    int all = truth(SLOT_GET(rec, select_all));
     if (all < 0)
         goto done;
     if (!all) {
@@ -216,7 +223,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
         if (idx == NULL)
             goto done;
         if (depth) {
-            PyObject *construct = PyObject_GetAttr(rec, s_construct);
+            PyObject *construct = SLOT_GET(rec, construct);
             int orphan = !PyUnicode_Check(parent) || PyUnicode_GET_LENGTH(parent) == 0; /* `parent or None` */
             int failed = construct == NULL || PyObject_SetItem(construct, name, orphan ? Py_None : parent) < 0;
             Py_XDECREF(construct);
@@ -392,7 +399,7 @@ static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameO
         }
     }
     c = open_api(h, resolved, frame, &dump);
-    if (c == NULL || (name = PyObject_GetAttr(c, s_call)) == NULL)
+    if (c == NULL || (name = SLOT_GET(c, call)) == NULL)
         goto inputs_failed;
     if (policy != NULL) {
         PyObject *kw = kwargs != NULL && kwargs != Py_None ? Py_NewRef(kwargs) : PyDict_New();
@@ -546,11 +553,11 @@ static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t na
         return NULL;
     }
     PyObject *rec = CTX(h, C_RECORDER), *mode = CTX(h, C_MODE);
-    int on = truth(PyObject_GetAttr(rec, s_active));
+    int on = truth(SLOT_GET(rec, active));
     if (on < 0)
         return NULL;
     if (on) {
-        int busy = truth(PyObject_GetAttr(rec, s_busy));
+        int busy = truth(SLOT_GET(rec, busy));
         if (busy < 0)
             return NULL;
         on = !busy;

@@ -14,6 +14,19 @@
  * the graph at every module), so they step aside there and call Hooks.pre / Hooks.post otherwise.
  */
 #include "_api_calls.h"
+/* the attributes read at their slots (_slot_attrs.h) */
+SLOT_CACHE(active);
+SLOT_CACHE(call);
+SLOT_CACHE(construct);
+SLOT_CACHE(counter);
+SLOT_CACHE(dump);
+SLOT_CACHE(index);
+SLOT_CACHE(module_path);
+SLOT_CACHE(module_stack);
+SLOT_CACHE(op);
+SLOT_CACHE(parent);
+SLOT_CACHE(select_all);
+SLOT_CACHE(stack_id);
 #include <frameobject.h>
 
 #define MODULE_HOOKS_ABI 1
@@ -184,22 +197,22 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
         goto fail;
     int dump = PyObject_IsTrue(CTX(h, C_RECORDS_MODULES));
     if (dump > 0) {
-        dump = truth(PyObject_GetAttr(rec, s_select_all));
+        dump = truth(SLOT_GET(rec, select_all));
         if (dump == 0) {
             PyObject *sargv[] = {name, s_module, cls};
             dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
         }
     }
-    if (dump < 0 || PyObject_SetAttr(c, s_dump, dump ? Py_True : Py_False) < 0)
+    if (dump < 0 || SLOT_SET(c, dump, dump ? Py_True : Py_False) < 0)
         goto fail;
     if (dump) {
         PyObject *sid = call1(CTX(h, C_WALKED_ID), frame);
-        int bad = sid == NULL || PyObject_SetAttr(c, s_stack_id, sid) < 0;
+        int bad = sid == NULL || SLOT_SET(c, stack_id, sid) < 0;
         Py_XDECREF(sid);
         PyObject *idx = bad ? NULL : take_index(rec);
-        bad = idx == NULL || PyObject_SetAttr(c, s_index, idx) < 0;
+        bad = idx == NULL || SLOT_SET(c, index, idx) < 0;
         Py_XDECREF(idx);
-        PyObject *construct = bad ? NULL : PyObject_GetAttr(rec, s_construct);
+        PyObject *construct = bad ? NULL : SLOT_GET(rec, construct);
         bad = construct == NULL
               || PyObject_SetItem(construct, name, PyUnicode_GET_LENGTH(parent) ? parent : Py_None) < 0;
         Py_XDECREF(construct);
@@ -225,7 +238,7 @@ done:
 static int pre_body(Hooks *h, PyObject *module, PyObject *args, PyObject *path, PyObject *frame)
 {
     PyObject *rec = CTX(h, C_RECORDER);
-    PyObject *stack = PyObject_GetAttr(rec, s_module_stack);
+    PyObject *stack = SLOT_GET(rec, module_stack);
     if (stack == NULL)
         return -1;
     int failed = -1;
@@ -237,11 +250,11 @@ static int pre_body(Hooks *h, PyObject *module, PyObject *args, PyObject *path, 
     c = open_module(h, module, path, frame, stack);
     if (c == NULL)
         goto done;
-    int dump = truth(PyObject_GetAttr(c, s_dump));
+    int dump = truth(SLOT_GET(c, dump));
     if (dump < 0)
         goto done;
     if (dump) {
-        name = PyObject_GetAttr(c, s_call);
+        name = SLOT_GET(c, call);
         if (name == NULL
             || add_rows_c(rec, CTX(h, C_ADD_ROWS), c, name, s_forward, s_input, CTX(h, C_IO_INPUT), args, s_empty, 0,
                           0) < 0)
@@ -264,7 +277,7 @@ static PyObject *Hooks_pre(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *module = argv[0], *args = argv[1], *rec = CTX(h, C_RECORDER);
-    int on = truth(PyObject_GetAttr(rec, s_active));
+    int on = truth(SLOT_GET(rec, active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *frame = module_frame();
@@ -360,7 +373,7 @@ static int grad_rows(Hooks *h, PyObject *consumers, PyObject *grad)
         }
         PyObject *b = PyTuple_GET_ITEM(e, 0), *io = PyTuple_GET_ITEM(e, 1), *path = PyTuple_GET_ITEM(e, 2);
         int is_output = PyUnicode_Check(io) && PyUnicode_Compare(io, s_output) == 0;
-        PyObject *index = PyObject_GetAttr(b, s_index);
+        PyObject *index = SLOT_GET(b, index);
         if (index == NULL)
             return -1;
         long idx = PyLong_AsLong(index);
@@ -369,15 +382,15 @@ static int grad_rows(Hooks *h, PyObject *consumers, PyObject *grad)
             return -1;
         if (idx < 0 && is_output)
             continue;
-        PyObject *name = PyObject_GetAttr(b, s_call);
+        PyObject *name = SLOT_GET(b, call);
         if (name == NULL)
             return -1;
         if (idx < 0) {
             PyObject *taken = take_index(rec);
-            int bad = taken == NULL || PyObject_SetAttr(b, s_index, taken) < 0;
+            int bad = taken == NULL || SLOT_SET(b, index, taken) < 0;
             Py_XDECREF(taken);
-            PyObject *parent = bad ? NULL : PyObject_GetAttr(b, s_parent);
-            PyObject *construct = parent != NULL ? PyObject_GetAttr(rec, s_construct) : NULL;
+            PyObject *parent = bad ? NULL : SLOT_GET(b, parent);
+            PyObject *construct = parent != NULL ? SLOT_GET(rec, construct) : NULL;
             int has = parent != NULL ? PyObject_IsTrue(parent) : -1;
             bad = construct == NULL || has < 0 || PyObject_SetItem(construct, name, has ? parent : Py_None) < 0;
             Py_XDECREF(parent);
@@ -404,7 +417,7 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kw)
         return NULL;
     }
     Hooks *h = g->hooks;
-    int on = truth(PyObject_GetAttr(CTX(h, C_RECORDER), s_active));
+    int on = truth(SLOT_GET(CTX(h, C_RECORDER), active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *off = NULL;
@@ -556,17 +569,17 @@ static int attach(Hooks *h, PyObject *c, PyObject *name, PyObject *args, PyObjec
     }
     in = grad_leaves(h, args);
     bname = in != NULL ? backward_of(h, name) : NULL;
-    parent = bname != NULL ? PyObject_GetAttr(c, s_parent) : NULL;
+    parent = bname != NULL ? SLOT_GET(c, parent) : NULL;
     if (parent == NULL)
         goto done;
     int has = PyObject_IsTrue(parent);
     if (has < 0)
         goto done;
     Py_SETREF(parent, has ? backward_of(h, parent) : Py_NewRef(s_empty));
-    op = parent != NULL ? PyObject_GetAttr(c, s_op) : NULL;
-    counter = op != NULL ? PyObject_GetAttr(c, s_counter) : NULL;
-    mpath = counter != NULL ? PyObject_GetAttr(c, s_module_path) : NULL;
-    sid = mpath != NULL ? PyObject_GetAttr(c, s_stack_id) : NULL;
+    op = parent != NULL ? SLOT_GET(c, op) : NULL;
+    counter = op != NULL ? SLOT_GET(c, counter) : NULL;
+    mpath = counter != NULL ? SLOT_GET(c, module_path) : NULL;
+    sid = mpath != NULL ? SLOT_GET(c, stack_id) : NULL;
     if (sid == NULL)
         goto done;
     PyObject *argv[] = {bname, s_module, op, counter, s_backward, mpath, parent, sid};
@@ -648,7 +661,7 @@ static int param_rows(ParamHook *ph, PyObject *grad)
         goto done;
     PyObject *sargv[] = {name, s_module, ph->cls};
     int dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
-    if (dump < 0 || PyObject_SetAttr(c, s_dump, dump ? Py_True : Py_False) < 0)
+    if (dump < 0 || SLOT_SET(c, dump, dump ? Py_True : Py_False) < 0)
         goto done;
     if (dump) {
         value = PyDict_New();
@@ -677,7 +690,7 @@ static PyObject *ParamHook_call(ParamHook *ph, PyObject *args, PyObject *kw)
         return NULL;
     }
     Hooks *h = ph->hooks;
-    int on = truth(PyObject_GetAttr(CTX(h, C_RECORDER), s_active));
+    int on = truth(SLOT_GET(CTX(h, C_RECORDER), active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *grad = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_grad);
@@ -812,12 +825,12 @@ static int post_body(Hooks *h, PyObject *const *argv, Py_ssize_t nargs, PyObject
         return PyErr_Occurred() ? -1 : 0;
     int failed = -1;
     PyObject *name = NULL, *outs = NULL, *params = NULL, *mpath = NULL;
-    int on = nargs == 4 ? truth(PyObject_GetAttr(rec, s_active)) : 0;
+    int on = nargs == 4 ? truth(SLOT_GET(rec, active)) : 0;
     if (on <= 0) {
         failed = on;
         goto done;
     }
-    name = PyObject_GetAttr(c, s_call);
+    name = SLOT_GET(c, call);
     if (name == NULL || !PyUnicode_Check(name)) {
         if (name != NULL)
             PyErr_SetString(PyExc_TypeError, "a Call's name must be a string");
@@ -828,7 +841,7 @@ static int post_body(Hooks *h, PyObject *const *argv, Py_ssize_t nargs, PyObject
         goto done;
     }
     PyObject *args = argv[1], *kwargs = argv[2], *output = argv[3];
-    int dump = truth(PyObject_GetAttr(c, s_dump));
+    int dump = truth(SLOT_GET(c, dump));
     if (dump < 0)
         goto done;
     if (dump) {
@@ -862,7 +875,7 @@ static int post_body(Hooks *h, PyObject *const *argv, Py_ssize_t nargs, PyObject
     int watch = PyObject_IsTrue(CTX(h, C_RECORDS_MODULES)); /* parameter gradients: L0 and mix */
     if (watch < 0)
         goto done;
-    mpath = watch ? PyObject_GetAttr(c, s_module_path) : NULL;
+    mpath = watch ? SLOT_GET(c, module_path) : NULL;
     failed = watch && (mpath == NULL || watch_parameters(h, module, mpath) < 0) ? -1 : 0;
 done:
     Py_DECREF(c);
@@ -880,7 +893,7 @@ static PyObject *Hooks_post(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *module = argv[0], *rec = CTX(h, C_RECORDER);
-    PyObject *stack = PyObject_GetAttr(rec, s_module_stack);
+    PyObject *stack = SLOT_GET(rec, module_stack);
     if (stack == NULL)
         return NULL;
     if (!PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) { /* `if not rec.module_stack: return None` */

@@ -19,6 +19,11 @@
 #include <float.h>
 
 #include "_stats_pass.h"
+#include "_slot_attrs.h"
+/* the attributes read at their slots (_slot_attrs.h) */
+SLOT_CACHE(next_id);
+SLOT_CACHE(tensors);
+SLOT_CACHE(values);
 
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_dot, *s_empty;
 static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
@@ -269,8 +274,8 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
         }
     }
     PyObject *row = Py_BuildValue("(ddddddd)", stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6]);
-    PyObject *values = row == NULL ? NULL : PyObject_GetAttr(summ, s_values);
-    PyObject *tensors = values == NULL || !copying ? NULL : PyObject_GetAttr(summ, s_tensors);
+    PyObject *values = row == NULL ? NULL : SLOT_GET(summ, values);
+    PyObject *tensors = values == NULL || !copying ? NULL : SLOT_GET(summ, tensors);
     Py_ssize_t idx = -1;
     if (values != NULL && (!copying || tensors != NULL)) {
         if (!PyList_CheckExact(values) || (copying && !PyList_CheckExact(tensors)))
@@ -293,11 +298,11 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
 /* the recorder's next tensor_id, counted on */
 static PyObject *take_tensor_id(PyObject *rec)
 {
-    PyObject *tid = PyObject_GetAttr(rec, s_next_id);
+    PyObject *tid = SLOT_GET(rec, next_id);
     if (tid == NULL)
         return NULL;
     PyObject *next = PyNumber_Add(tid, k_one);
-    if (next == NULL || PyObject_SetAttr(rec, s_next_id, next) < 0) {
+    if (next == NULL || SLOT_SET(rec, next_id, next) < 0) {
         Py_XDECREF(next);
         Py_DECREF(tid);
         return NULL;

@@ -337,6 +337,9 @@ def has_storage(t: torch.Tensor) -> bool:
 class Summarizer:
     """Collects statistics, hashes and (tensor mode) copies for one step; indices point into its buffers."""
 
+    # read by the C row builder for every summary it adds (_slot_attrs.h); the rest lives in the instance dict
+    __slots__ = ("_values", "tensors", "__dict__", "__weakref__")
+
     def __init__(self, stats: bool = True, hashes: bool = False, keep_tensors: bool = False):
         self.want_stats = stats
         self.want_hash = hashes

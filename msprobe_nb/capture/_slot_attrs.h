@@ -1,0 +1,76 @@
+/* Reads and writes of an object's __slots__ members straight at their offsets (the Recorder's per-call state,
+ * a Call's fields): what PyObject_GetAttr / PyObject_SetAttr do for them, without the type lookup and the
+ * descriptor call on every access. A recorded call reads some twenty such attributes.
+ *
+ * The offset of (type, name) comes from the member descriptor the type's MRO gives for name, and is cached
+ * with the type's version tag: CPython gives a type a new tag whenever it or a base changes, so a class that
+ * is patched (a property put over a slot, say) is looked up again. Anything that is not a writable object slot
+ * (a property, an instance dict entry, a type without a valid tag, an unset slot) takes the generic path, so
+ * errors and semantics are PyObject_GetAttr's and PyObject_SetAttr's. A call site names its attribute through
+ * SLOT_GET / SLOT_SET, whose cache entry SLOT_CACHE(name) declares once per translation unit.
+ */
+#ifndef MSPROBE_NB_SLOT_ATTRS_H
+#define MSPROBE_NB_SLOT_ATTRS_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* What one call site's attribute name resolved to last: the type, its version tag, the slot's offset (-1: the
+   generic path). One per name and translation unit (SLOT_CACHE below), so no two names evict each other. */
+typedef struct {
+    PyTypeObject *type; /* borrowed: a type freed and another made at its address has another version tag */
+    unsigned int tag;
+    Py_ssize_t offset;
+} SlotCache;
+
+#define SLOT_CACHE(name) static SlotCache sc_##name
+#define SLOT_GET(obj, name) slot_get((obj), s_##name, &sc_##name)
+#define SLOT_SET(obj, name, value) slot_set((obj), s_##name, (value), &sc_##name)
+
+/* The byte offset of obj's object slot `name`, or -1 where the generic path must be taken. */
+static Py_ssize_t slot_offset(PyObject *obj, PyObject *name, SlotCache *e)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (e->type == tp && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) && e->tag == tp->tp_version_tag)
+        return e->offset;
+    PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives the type a version tag where it can */
+    Py_ssize_t off = -1;
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+            off = m->offset;
+    }
+    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        e->type = tp;
+        e->tag = tp->tp_version_tag;
+        e->offset = off;
+    }
+    return off;
+}
+
+/* obj.<name>: a new reference, NULL with an exception set on error. */
+static inline PyObject *slot_get(PyObject *obj, PyObject *name, SlotCache *cache)
+{
+    Py_ssize_t off = slot_offset(obj, name, cache);
+    if (off >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + off);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, name); /* unset slots raise AttributeError there */
+}
+
+/* obj.<name> = value (value not NULL): 0, or -1 with an exception set. */
+static inline int slot_set(PyObject *obj, PyObject *name, PyObject *value, SlotCache *cache)
+{
+    Py_ssize_t off = slot_offset(obj, name, cache);
+    if (off < 0)
+        return PyObject_SetAttr(obj, name, value);
+    PyObject **addr = (PyObject **)((char *)obj + off);
+    PyObject *old = *addr;
+    *addr = Py_NewRef(value);
+    Py_XDECREF(old); /* last: its finalizer may run Python code */
+    return 0;
+}
+
+#endif
