@@ -75,3 +75,60 @@ def test_a_subclass_property_takes_the_generic_lookup(tmp_path, monkeypatch):
     assert names == ["Tensor.sum.0.forward", "Torch.add.0.forward", "Torch.mul.0.forward"]
     first = seen.index(1)
     assert seen[first:first + 3] == [1, 2, 3]  # taken once per recorded call, through the setter
+
+
+def _row_builder():
+    from msprobe_nb.capture import recorder as r
+    if r._attr_columns is None:
+        pytest.skip("msprobe_nb.capture._row_builder is not built (no C compiler)")
+    return r._attr_columns
+
+
+def test_attr_columns_read_what_getattr_reads():
+    """A step's Call fields, read at their slots, equal getattr's; so do a subclass's property and a plain
+    object's instance dict, mixed in one list; a new set of names is resolved afresh."""
+    attr_columns = _row_builder()
+    from msprobe_nb.capture.calls import Call
+
+    class Renamed(Call):
+        __slots__ = ()
+
+        @property
+        def op(self):
+            return "renamed"
+
+        @op.setter
+        def op(self, v):  # the dataclass's __init__ sets it
+            pass
+
+    class Plain:
+        def __init__(self):
+            self.call, self.family, self.op, self.counter = "x.0.forward", "X", "x", 0
+
+    objs = [Call(f"Torch.add.{i}.forward", "Torch", "add", i, "forward", "", "Module.m", 7, i) for i in range(5)]
+    objs += [Renamed("Tensor.t.0.forward", "Tensor", "t", 0, "forward"), Plain()]
+    names = ("call", "family", "op", "counter")
+    want = [[getattr(o, n) for o in objs] for n in names]
+    assert attr_columns(objs, names) == want
+    assert attr_columns(objs, names) == want  # the second time from the caches
+    assert attr_columns(objs[:5], ("index", "parent")) == [list(range(5)), ["Module.m"] * 5]
+    assert attr_columns(objs, names[::-1]) == want[::-1]
+    with pytest.raises(AttributeError, match="index"):
+        attr_columns(objs, ("index",))  # Plain has none: getattr's own error
+    with pytest.raises(ValueError, match="at most"):
+        attr_columns(objs, ("call",) * 33)
+
+
+def test_the_recorder_writes_the_same_call_fields_either_way(tmp_path, monkeypatch):
+    """The dump's call columns are the same with the C read of the Call fields and without it."""
+    from msprobe_nb.capture import recorder as r
+    _row_builder()
+
+    def columns(name):
+        _calls(tmp_path, name)
+        calls = msprobe_nb.load(str(tmp_path / name)).calls
+        return calls[[col for col, _ in r.CALL_FIELDS]].astype(str).values.tolist()
+
+    with_c = columns("c")
+    monkeypatch.setattr(r, "_attr_columns", None)
+    assert columns("python") == with_c

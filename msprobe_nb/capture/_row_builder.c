@@ -836,7 +836,71 @@ fail:
     return NULL;
 }
 
+/* attr_columns(objs, names): [[getattr(o, name) for o in objs] for name in names], the Call fields of a step's
+   calls (Recorder.materialize) read at their slots where the objects' type has them (_slot_attrs.h). */
+#define ATTR_COLUMNS_MAX 32
+static SlotCache attr_caches[ATTR_COLUMNS_MAX];
+static PyObject *attr_names[ATTR_COLUMNS_MAX]; /* the name each cache above was filled for (a strong reference) */
+
+static PyObject *attr_columns(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *objs, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:attr_columns", &PyList_Type, &objs, &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(objs), k = PyTuple_GET_SIZE(names);
+    if (k > ATTR_COLUMNS_MAX) {
+        PyErr_Format(PyExc_ValueError, "attr_columns() takes at most %d names", ATTR_COLUMNS_MAX);
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *name = PyTuple_GET_ITEM(names, j);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "attr_columns(): the names must be strings");
+            return NULL;
+        }
+        if (attr_names[j] == NULL || PyUnicode_Compare(attr_names[j], name) != 0) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_XSETREF(attr_names[j], Py_NewRef(name));
+            attr_caches[j].type = NULL; /* filled again for this name */
+        }
+    }
+    PyObject *out = PyList_New(k);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *col = PyList_New(n);
+        if (col == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, j, col);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(objs, i);
+        Py_INCREF(o); /* a getter may run Python code that changes the list */
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *v = slot_get(o, attr_names[j], &attr_caches[j]);
+            if (v == NULL) {
+                Py_DECREF(o);
+                goto fail;
+            }
+            PyList_SET_ITEM(PyList_GET_ITEM(out, j), i, v);
+        }
+        Py_DECREF(o);
+        if (PyList_GET_SIZE(objs) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "attr_columns(): the list changed size while it was read");
+            goto fail;
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out); /* unfilled items are NULL, which a list's dealloc skips */
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"attr_columns", attr_columns, METH_VARARGS,
+     "attr_columns(objs, names): [[getattr(o, name) for o in objs] for name in names], slots read at their offsets."},
     {"split_rows", split_rows, METH_VARARGS,
      "split_rows(rows, numeric, out): the rows as columns, the numeric fields as float64 into out, the others as"
      " lists (None in their place for the numeric ones)."},

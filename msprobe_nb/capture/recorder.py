@@ -53,6 +53,7 @@ _row_builder = c_contract.row_builder(len(ROW_FIELDS))
 _build_rows = _row_builder.build_rows if _row_builder is not None else None
 # the same extension's one-pass split of the rows into columns (None: zip(*rows) and numpy's conversions)
 _split_rows = getattr(_row_builder, "split_rows", None)
+_attr_columns = getattr(_row_builder, "attr_columns", None)
 #: the row fields materialize turns into numbers: small codes, the nullable numbers, the call and summary slots
 _NUMERIC = ("kind", "io", "dtype", "device", "numel", "tensor_id", "requires_grad", "_call", "_stat")
 _NUMERIC_AT = tuple(_F[f] for f in _NUMERIC)
@@ -440,9 +441,8 @@ class Recorder:
         for f in ("numel", "tensor_id", "requires_grad"):
             out[f] = nums[f]
         codes = nums["_call"].astype(np.int64)
-        calls = self.calls
-        for col, attr in CALL_FIELDS:
-            out[col] = Coded(codes, list(map(attrgetter(attr), calls)))
+        for col, values in zip(_CALL_COLUMNS, call_fields(self.calls)):
+            out[col] = Coded(codes, values)
         sidx = nums["_stat"].astype(np.int64)
         has = sidx >= 0
         # one padded row of NaN stands for "no statistics" (values, None, tensors without data)
@@ -483,6 +483,18 @@ class Recorder:
             warnings.warn(msg + " (the model ran unaffected; further errors are kept in Debugger.errors)",
                           RuntimeWarning, stacklevel=3)
         self.errors.append(msg)
+
+
+_CALL_COLUMNS = tuple(col for col, _ in CALL_FIELDS)
+_CALL_ATTRS = tuple(attr for _, attr in CALL_FIELDS)
+
+
+def call_fields(calls: list[Call]) -> list[list[Any]]:
+    """The fields of CALL_FIELDS of each call, one list per field: read at their slots in C where the row builder
+    is built, else one ``attrgetter`` pass per field."""
+    if _attr_columns is not None:
+        return _attr_columns(calls, _CALL_ATTRS)
+    return [list(map(attrgetter(attr), calls)) for attr in _CALL_ATTRS]
 
 
 def _columns(rows: list[tuple]) -> tuple[list, dict[str, np.ndarray]]:
