@@ -16,6 +16,7 @@
  * setup.py builds this for CPython 3.11+ (the frame API it reads: PyFrame_GetLasti, PyCode_GetCode).
  */
 #include "_api_calls.h"
+#include <frameobject.h>
 /* the attributes read at their slots (_slot_attrs.h) */
 SLOT_CACHE(active);
 SLOT_CACHE(api_counters);
@@ -23,7 +24,6 @@ SLOT_CACHE(call);
 SLOT_CACHE(construct);
 SLOT_CACHE(module_stack);
 SLOT_CACHE(select_all);
-#include <frameobject.h>
 
 #define API_HANDLER_ABI 1
 

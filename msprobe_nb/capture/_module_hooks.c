@@ -14,6 +14,7 @@
  * the graph at every module), so they step aside there and call Hooks.pre / Hooks.post otherwise.
  */
 #include "_api_calls.h"
+#include <frameobject.h>
 /* the attributes read at their slots (_slot_attrs.h) */
 SLOT_CACHE(active);
 SLOT_CACHE(call);
@@ -27,7 +28,6 @@ SLOT_CACHE(op);
 SLOT_CACHE(parent);
 SLOT_CACHE(select_all);
 SLOT_CACHE(stack_id);
-#include <frameobject.h>
 
 #define MODULE_HOOKS_ABI 1
 
