@@ -138,7 +138,7 @@ static PyObject *open_call(Rows *r)
 /* rec.add_rows(call, "backward", io, value, prefix=prefix) */
 static int rows_of(Rows *r, int output, PyObject *value, PyObject *prefix)
 {
-    PyObject *name = PyObject_GetAttr(r->call, s_call);
+    PyObject *name = SLOT_GET(r->call, call);
     if (name == NULL)
         return -1;
     int failed = add_rows_c(CTX(r->ctx, C_RECORDER), CTX(r->ctx, C_ADD_ROWS), r->call, name, s_backward,

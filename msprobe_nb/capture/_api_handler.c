@@ -192,7 +192,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
         PyObject *top = PySequence_GetItem(stack, depth - 1);
         PyObject *call = top != NULL ? PySequence_GetItem(top, 1) : NULL;
         Py_XDECREF(top);
-        parent = call != NULL ? PyObject_GetAttr(call, s_call) : NULL;
+        parent = call != NULL ? SLOT_GET(call, call) : NULL;
         Py_XDECREF(call);
     } else {
         parent = Py_NewRef(s_empty);

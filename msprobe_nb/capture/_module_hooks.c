@@ -20,7 +20,9 @@ SLOT_CACHE(active);
 SLOT_CACHE(call);
 SLOT_CACHE(construct);
 SLOT_CACHE(counter);
+SLOT_CACHE(counters);
 SLOT_CACHE(dump);
+SLOT_CACHE(grad_counters);
 SLOT_CACHE(index);
 SLOT_CACHE(module_path);
 SLOT_CACHE(module_stack);
@@ -154,7 +156,7 @@ static PyObject *current_parent(PyObject *stack)
         PyErr_SetString(PyExc_TypeError, "Recorder.module_stack holds (module, call) pairs");
         return NULL;
     }
-    return PyObject_GetAttr(PyTuple_GET_ITEM(top, 1), s_call);
+    return SLOT_GET(PyTuple_GET_ITEM(top, 1), call);
 }
 
 /* Recorder.open_module(module, path, frame): the module call's Call (a new reference), its counter counted, and
@@ -163,7 +165,7 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
 {
     PyObject *rec = CTX(h, C_RECORDER);
     PyObject *cls = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_name);
-    PyObject *counters = cls != NULL ? PyObject_GetAttr(rec, s_counters) : NULL;
+    PyObject *counters = cls != NULL ? SLOT_GET(rec, counters) : NULL;
     PyObject *key = NULL, *name = NULL, *counter = NULL, *next = NULL, *parent = NULL, *c = NULL, *gt = NULL;
     if (counters == NULL)
         goto fail;
@@ -629,7 +631,7 @@ static int param_rows(ParamHook *ph, PyObject *grad)
 {
     Hooks *h = ph->hooks;
     PyObject *rec = CTX(h, C_RECORDER);
-    PyObject *counters = PyObject_GetAttr(rec, s_grad_counters);
+    PyObject *counters = SLOT_GET(rec, grad_counters);
     PyObject *k = NULL, *next = NULL, *name = NULL, *index = NULL, *c = NULL, *value = NULL;
     int failed = -1;
     if (counters == NULL)
