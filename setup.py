@@ -19,10 +19,11 @@ ARGS = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
 
 HEADERS = ["msprobe_nb/capture/_stats_pass.h"]  # the kernel both statistics extensions include
 SLOTS = "msprobe_nb/capture/_slot_attrs.h"  # slot reads at their offsets (the recorders' per-call state)
+NAMES = "msprobe_nb/capture/_dotted_names.h"  # the calls', rows' and paths' dotted names
 EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"], depends=HEADERS,
                         extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._row_builder", ["msprobe_nb/capture/_row_builder.c"],
-                        depends=[*HEADERS, SLOTS], extra_compile_args=ARGS, optional=True),
+                        depends=[*HEADERS, SLOTS, NAMES], extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._mode_floor", ["msprobe_nb/capture/_mode_floor.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
@@ -31,7 +32,7 @@ if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     # the two halves of L1 recording and the module hooks, sharing _api_calls.h
     for name in ("_api_handler", "_api_backward", "_module_hooks"):
         EXTENSIONS.append(Extension(f"msprobe_nb.capture.{name}", [f"msprobe_nb/capture/{name}.c"],
-                                    depends=["msprobe_nb/capture/_api_calls.h", SLOTS], extra_compile_args=ARGS,
+                                    depends=["msprobe_nb/capture/_api_calls.h", SLOTS, NAMES], extra_compile_args=ARGS,
                                     optional=True))
 
 setup(ext_modules=EXTENSIONS)

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_slot_attrs.h"
+#include "_dotted_names.h"
 
 static PyObject *s_busy, *s_all_data, *s_build_rows, *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_empty;
 static PyObject *s_dot, *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;
@@ -285,7 +286,7 @@ static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObjec
                       PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix, int is_kwarg,
                       int set_producer)
 {
-    PyObject *base = PyUnicode_FromFormat("%U.%U", name, io);
+    PyObject *base = dotted((PyObject *[]){name, io}, 2);
     if (base == NULL)
         return -1;
     int r = add_rows_base(rec, py_add_rows, c, name, base, direction, io, io_code, value, prefix, is_kwarg,

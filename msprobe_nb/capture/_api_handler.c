@@ -181,7 +181,9 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
         goto done;
     }
     Py_DECREF(next);
-    name = PyUnicode_FromFormat("%U.%U.%S.forward", family, op, counter);
+    PyObject *count = count_text(counter);
+    name = count != NULL ? dotted((PyObject *[]){family, op, count, s_forward}, 4) : NULL; /* naming.api_call_name */
+    Py_XDECREF(count);
     stack = SLOT_GET(rec, module_stack);
     if (name == NULL || stack == NULL)
         goto done;

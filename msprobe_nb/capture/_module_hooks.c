@@ -167,13 +167,15 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     PyObject *cls = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_name);
     PyObject *counters = cls != NULL ? SLOT_GET(rec, counters) : NULL;
     PyObject *key = NULL, *name = NULL, *counter = NULL, *next = NULL, *parent = NULL, *c = NULL, *gt = NULL;
+    PyObject *text = NULL, *count = NULL;
     if (counters == NULL)
         goto fail;
     if (!PyDict_Check(counters)) {
         PyErr_SetString(PyExc_TypeError, "Recorder.counters must be a dict");
         goto fail;
     }
-    key = PyUnicode_FromFormat("Module.%U.%S", path, cls); /* Recorder.next_counter(f"Module.{path}.{cls}") */
+    text = PyObject_Str(cls); /* the class name itself where it is a str */
+    key = text != NULL ? dotted((PyObject *[]){s_module, path, text}, 3) : NULL; /* Recorder.next_counter(f"Module.{path}.{cls}") */
     if (key == NULL)
         goto fail;
     counter = PyDict_GetItemWithError(counters, key);
@@ -183,7 +185,8 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     next = PyNumber_Add(counter, k_one);
     if (next == NULL || PyDict_SetItem(counters, key, next) < 0)
         goto fail;
-    name = PyUnicode_FromFormat("Module.%U.%S.forward.%S", path, cls, counter); /* naming.module_call_name */
+    count = count_text(counter);
+    name = count != NULL ? dotted((PyObject *[]){s_module, path, text, s_forward, count}, 5) : NULL; /* naming.module_call_name */
     gt = PyObject_CallNoArgs(CTX(h, C_GRAPH_TASK_ID));
     if (name == NULL || gt == NULL)
         goto fail;
@@ -233,6 +236,8 @@ done:
     Py_XDECREF(next);
     Py_XDECREF(parent);
     Py_XDECREF(gt);
+    Py_XDECREF(text);
+    Py_XDECREF(count);
     return c;
 }
 
@@ -647,7 +652,9 @@ static int param_rows(ParamHook *ph, PyObject *grad)
     next = PyNumber_Add(k, k_one);
     if (next == NULL || PyDict_SetItem(counters, ph->key, next) < 0)
         goto done;
-    name = PyUnicode_FromFormat("Module.%U.%U.parameters_grad.%S", ph->path, ph->cls, k);
+    PyObject *count = count_text(k);
+    name = count != NULL ? dotted((PyObject *[]){s_module, ph->path, ph->cls, s_parameters_grad, count}, 5) : NULL;
+    Py_XDECREF(count);
     if (name == NULL)
         goto done;
     index = PyDict_GetItemWithError(counters, name); /* one call per module and firing: its parameters share it */

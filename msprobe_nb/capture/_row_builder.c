@@ -20,12 +20,13 @@
 
 #include "_stats_pass.h"
 #include "_slot_attrs.h"
+#include "_dotted_names.h"
 /* the attributes read at their slots (_slot_attrs.h) */
 SLOT_CACHE(next_id);
 SLOT_CACHE(tensors);
 SLOT_CACHE(values);
 
-static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_dot, *s_empty;
+static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_empty;
 static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
 
@@ -434,7 +435,8 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
     size = PyObject_GetAttr(leaf, s_shape);
     if (size == NULL)
         goto done;
-    shape = PySequence_Tuple(size);
+    /* a torch.Size is a tuple: its items copied at once, not through its iterator */
+    shape = PyTuple_Check(size) ? PyTuple_GetSlice(size, 0, PyTuple_GET_SIZE(size)) : PySequence_Tuple(size);
     if (shape == NULL)
         goto done;
     Py_ssize_t n = shape_numel(shape);
@@ -565,11 +567,7 @@ static int add_leaf(Rows *r, PyObject *path, PyObject *leaf)
             name = r->base;
             Py_INCREF(name);
         } else {
-            PyObject *head = PyUnicode_Concat(r->base, s_dot);
-            if (head == NULL)
-                return -1;
-            name = PyUnicode_Concat(head, path);
-            Py_DECREF(head);
+            name = dotted((PyObject *[]){r->base, path}, 2);
             if (name == NULL)
                 return -1;
         }
@@ -622,7 +620,9 @@ static int add_sequence(Rows *r, PyObject *path, PyObject *seq_in)
     for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(item);  /* a list may change while Python code runs for an item */
-        PyObject *sub = has_path ? PyUnicode_FromFormat("%U.%zd", path, i) : PyUnicode_FromFormat("%zd", i);
+        PyObject *sub = index_text(i);
+        if (sub != NULL && has_path)
+            Py_SETREF(sub, dotted((PyObject *[]){path, sub}, 2));
         if (sub == NULL)
             failed = 1;
         else if ((PyObject *)Py_TYPE(item) != tensor && item != Py_None
@@ -678,13 +678,14 @@ static int add_value(Rows *r, PyObject *value, PyObject *prefix)
             PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
             Py_INCREF(item);  /* a list may change while Python code runs for an item */
             PyObject *path;
-            if (has_prefix)
-                path = PyUnicode_FromFormat("%U.%zd", prefix, i);
-            else if (i < PyTuple_GET_SIZE(pos)) {
+            if (!has_prefix && i < PyTuple_GET_SIZE(pos)) {
                 path = PyTuple_GET_ITEM(pos, i);
                 Py_INCREF(path);
-            } else
-                path = PyUnicode_FromFormat("%zd", i);
+            } else {
+                path = index_text(i);
+                if (path != NULL && has_prefix)
+                    Py_SETREF(path, dotted((PyObject *[]){prefix, path}, 2));
+            }
             failed = path == NULL || add_item(r, path, item) < 0;
             Py_XDECREF(path);
             Py_DECREF(item);
@@ -702,7 +703,7 @@ static int add_value(Rows *r, PyObject *value, PyObject *prefix)
             PyObject *path;
             if (has_prefix) {  /* f"{prefix}.{key}" */
                 PyObject *text = PyObject_Format(key, s_empty);
-                path = text == NULL ? NULL : PyUnicode_FromFormat("%U.%U", prefix, text);
+                path = text == NULL ? NULL : dotted((PyObject *[]){prefix, text}, 2);
                 Py_XDECREF(text);
             } else if (PyUnicode_CheckExact(key)) {
                 path = key;
@@ -921,7 +922,6 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_numel = PyUnicode_InternFromString("numel");
     s_is_cpu = PyUnicode_InternFromString("is_cpu");
     s_requires_grad = PyUnicode_InternFromString("requires_grad");
-    s_dot = PyUnicode_InternFromString(".");
     s_empty = PyUnicode_InternFromString("");
     s_layout = PyUnicode_InternFromString("layout");
     s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
@@ -937,7 +937,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     k_value = PyLong_FromLong(KIND_VALUE);
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
-    if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_dot || !s_empty
+    if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_empty
         || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
         || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
         return NULL;
