@@ -146,6 +146,53 @@ def test_our_model_records_the_same_with_either_handler(tmp_path):
     assert "_Scale" in ops  # a custom Function, opened from inside its forward
 
 
+class _Arguments(nn.Module):
+    """Gradient inputs in every argument shape the C handler reads itself (``grad_inputs``): tensors among
+    positional and keyword arguments, in lists and tuples one level deep, next to shapes, Sizes, dicts and
+    lists of scalars, inputs without gradients; and deeper ones it leaves to the Python walk."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(16)), nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        y = x * 2
+        h = F.layer_norm(x, (16,), weight=self.w, bias=self.b, eps=1e-5)  # keyword tensors next to a shape
+        h = torch.cat([h, y.detach(), x], dim=0)  # a list of tensors, one without gradients
+        h = h + torch.stack((y, x)).sum(0).repeat(3, 1)  # a tuple of tensors
+        h = h.reshape(torch.Size([3, 8, 16])).sum(0)  # a Size
+        h = torch.cat(tensors=[h, y], dim=-1)  # a keyword list of tensors
+        h = torch.where(h > 0, h, torch.zeros_like(h))
+        h = F.pad(h, [1, 1], mode="constant", value=0.0)  # a list of ints
+        h = torch.cat([[h, y.repeat(1, 2)[:, :34]][0], (h,)[0]], dim=0)  # built from nested literals
+        return torch.stack([torch.cat([h, h], 0)], 0).sum() + torch.cat(((h, h)[0],), 0).sum()
+
+
+def _arguments():
+    def make():
+        model = _Arguments()
+        x = torch.randn(8, 16, requires_grad=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step():
+            opt.zero_grad()
+            model(x).backward()
+            opt.step()
+        return model, step
+    return make
+
+
+def test_gradient_inputs_of_every_argument_shape_record_the_same_with_either_handler(tmp_path):
+    calls = _assert_same(tmp_path, _arguments())
+    grads = calls[(calls.direction == "backward") & (calls.io == "output")]
+    names = set(grads.name)
+    # the gradients of keyword and listed inputs, at their forward inputs' paths
+    assert {"Functional.layer_norm.0.backward.output.weight", "Functional.layer_norm.0.backward.output.bias",
+            "Torch.cat.0.backward.output.0.0", "Torch.cat.0.backward.output.0.2", "Torch.stack.0.backward.output.0.1",
+            "Torch.cat.1.backward.output.tensors.1"} <= names, sorted(names)[:40]
+    assert "Torch.cat.0.backward.output.0.1" not in names  # detached: no gradient input
+
+
 @pytest.mark.parametrize("level", ["mix", "L2"])
 def test_the_other_levels_record_the_same_with_either_handler(tmp_path, level):
     _assert_same(tmp_path, _own(), level=level)

@@ -261,3 +261,37 @@ def test_a_compiled_model_run_eagerly_records_the_same_with_either_hooks(tmp_pat
     calls = _assert_same(tmp_path, _compiled(), level=level, compile="eager")
     assert {"Module.0.Linear.forward.0", "Module.3.Linear.backward.0"} <= set(calls.call)
     assert not calls.call.str.contains("_orig_mod").any()
+
+
+class _Many(nn.Module):
+    """A module past the 1,024 counter strings the C side makes once, under a path that is not ASCII."""
+
+    def __init__(self):
+        super().__init__()
+        self.blöcke = nn.ModuleDict({"ü": nn.Linear(2, 2)})
+
+    def forward(self, x):
+        for _ in range(1100):
+            x = torch.add(self.blöcke["ü"](x), 1.0)
+        return x
+
+
+def _many():
+    def make():
+        model = _Many()
+        x = torch.randn(1, 2)
+
+        def step():
+            model(x).sum().backward()
+        return model, step
+    return make
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_names_past_the_counters_made_once_and_not_ascii_are_the_same_with_either_hooks(tmp_path, level):
+    """Call names are joined in C (``_dotted_names.h``): counters past the strings made once, and a module path
+    that is not ASCII, name the calls as Python's f-strings do."""
+    calls = _assert_same(tmp_path, _many(), level=level)
+    assert {"Module.blöcke.ü.Linear.forward.0", "Module.blöcke.ü.Linear.forward.1099"} <= set(calls.call)
+    if level == "mix":
+        assert {"Torch.add.1023.forward", "Torch.add.1024.forward", "Torch.add.1099.forward"} <= set(calls.call)

@@ -118,6 +118,10 @@ def _script_factory():
         yield "input", (tensors["a"], {5: tensors["w"]}, [None, 1]), {"prefix": "p.0"}  # a backward's paths
         yield "input", {7: tensors["w"], "s": "text"}, {"prefix": "g"}
         yield "input", tuple(range(300)) + (tensors["a"],), {}  # positions past the 256 made once
+        # paths past the 1,024 index strings made once, and keys and prefixes that are not ASCII or not plain str
+        yield "input", ([None] * 1030 + [tensors["a"]],), {"prefix": "r"}
+        yield "input", {"é": tensors["a"], "名": {"ü": [tensors["w"]]}, _Str("k"): None}, {"is_kwarg": True}
+        yield "input", (tensors["a"], {"ß": tensors["w"], _Str("s"): 1}), {"prefix": "gé"}
         yield "input", [tensors["a"]] * 3, {"prefix": "q"}
         # foreach ops' lists of tensors, walked in C: seen and new tensors, a subclass, None, values, empty and
         # nested containers, a Size and a namedtuple among the elements, an empty key's path
@@ -136,6 +140,10 @@ def _script_factory():
 
 class _List(list):
     """A list subclass: walked like a list by leaves.walk."""
+
+
+class _Str(str):
+    """A str subclass as a dict key: its path is str(key)."""
 
 
 def _random_script(seed: int):

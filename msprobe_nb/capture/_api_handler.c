@@ -258,58 +258,147 @@ static int add_rows(Handler *h, PyObject *c, PyObject *name, int output, PyObjec
                       CTX(h, output ? C_IO_OUTPUT : C_IO_INPUT), value, s_empty, is_kwarg, output);
 }
 
-/* api_backward.grad_inputs: (path, key) of the tensor inputs that require grad, or None. Flat positional
-   arguments are read here; keywords, nested or long argument lists go to the Python function (leaves()). */
+/* A scalar leaf: None, a bool, an int, a float or a str itself, never a tensor */
+static inline int plain_scalar(PyObject *x)
+{
+    return x == Py_None || PyFloat_CheckExact(x) || PyLong_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x);
+}
+
+/* 1 where a container argument can be read here: a list or tuple itself (not a namedtuple, whose paths are
+   its fields) of scalars and tensors, or any list, tuple, Size or dict of scalars only (no tensor, so no
+   gradient input whatever its path); 0 where it must be walked by leaves(); -1 on error */
+static int one_level(PyObject *v, PyObject *tensor)
+{
+    if (PyDict_Check(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(v, &pos, &key, &item))
+            if (!plain_scalar(item))
+                return 0;
+        return 1;
+    }
+    int exact = PyList_CheckExact(v) || PyTuple_CheckExact(v);
+    PyObject *seq = PySequence_Fast(v, ""); /* the same object, held */
+    if (seq == NULL)
+        return -1;
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok == 1 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (plain_scalar(item))
+            continue;
+        if (!exact || PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))
+            ok = 0;
+        else
+            ok = PyObject_IsInstance(item, tensor);
+    }
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* Append (path, key) to *out where t is a tensor that requires grad: api_backward.grad_inputs' key. */
+static int grad_input(PyObject **out, PyObject *path, PyObject *t, PyObject *tensor)
+{
+    int is = PyObject_IsInstance(t, tensor);
+    if (is <= 0)
+        return is;
+    int req = truth(PyObject_GetAttr(t, s_requires_grad));
+    if (req <= 0)
+        return req;
+    PyObject *fn = PyObject_GetAttr(t, s_grad_fn), *key;
+    if (fn == NULL)
+        return -1;
+    if (fn != Py_None) {
+        PyObject *nr = PyObject_GetAttr(t, s_output_nr), *id = PyLong_FromVoidPtr(fn);
+        key = nr != NULL && id != NULL ? PyTuple_Pack(4, id, nr, fn, t) : NULL;
+        Py_XDECREF(nr);
+        Py_XDECREF(id);
+    } else {
+        PyObject *id = PyLong_FromVoidPtr(t);
+        key = id != NULL ? PyTuple_Pack(4, id, k_minus_one, Py_None, t) : NULL;
+        Py_XDECREF(id);
+    }
+    Py_DECREF(fn);
+    PyObject *pair = key != NULL ? PyTuple_Pack(2, path, key) : NULL;
+    Py_XDECREF(key);
+    if (pair == NULL)
+        return -1;
+    if (*out == NULL && (*out = PyList_New(0)) == NULL) {
+        Py_DECREF(pair);
+        return -1;
+    }
+    int failed = PyList_Append(*out, pair);
+    Py_DECREF(pair);
+    return failed;
+}
+
+/* grad_input for each tensor of a container one_level() accepted, its path f"{path}.{i}" as walk() gives it */
+static int grad_inputs_in(PyObject **out, PyObject *path, PyObject *v, PyObject *tensor)
+{
+    if (PyDict_Check(v) || !(PyList_CheckExact(v) || PyTuple_CheckExact(v)))
+        return 0; /* scalars only */
+    PyObject *seq = PySequence_Fast(v, "");
+    if (seq == NULL)
+        return -1;
+    int failed = 0;
+    for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i)); /* a list may change while Python runs */
+        if (!plain_scalar(item)) {
+            PyObject *j = index_text(i);
+            PyObject *sub = j != NULL ? dotted((PyObject *[]){path, j}, 2) : NULL;
+            failed = sub == NULL || grad_input(out, sub, item, tensor) < 0;
+            Py_XDECREF(sub);
+            Py_XDECREF(j);
+        }
+        Py_DECREF(item);
+    }
+    Py_DECREF(seq);
+    return failed ? -1 : 0;
+}
+
+/* api_backward.grad_inputs: (path, key) of the tensor inputs that require grad, or None. Positional and keyword
+   arguments are read here, and containers one level deep (one_level); deeper ones, a keyword that is not a
+   str or an argument list past the positions go to the Python function (leaves()). */
 static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
 {
     PyObject *positions = CTX(h, C_POSITIONS), *tensor = CTX(h, C_TENSOR);
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-    int flat = n <= PyTuple_GET_SIZE(positions) && (kwargs == NULL || kwargs == Py_None
-                                                     || (PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0));
-    for (Py_ssize_t i = 0; flat && i < n; i++) {
+    int has_kw = kwargs != NULL && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) > 0;
+    int flat = n <= PyTuple_GET_SIZE(positions) && (kwargs == NULL || kwargs == Py_None || PyDict_CheckExact(kwargs));
+    for (Py_ssize_t i = 0; flat == 1 && i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
-        flat = !(PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a));
+        if (PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a))
+            flat = one_level(a, tensor);
     }
+    if (flat == 1 && has_kw) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *a;
+        while (flat == 1 && PyDict_Next(kwargs, &pos, &key, &a))
+            flat = !PyUnicode_CheckExact(key) ? 0
+                   : PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a) ? one_level(a, tensor) : 1;
+    }
+    if (flat < 0)
+        return NULL;
     if (!flat)
         return call2(CTX(h, C_GRAD_INPUTS), args, kwargs != NULL ? kwargs : Py_None);
     PyObject *out = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *t = PyTuple_GET_ITEM(args, i);
-        int is = PyObject_IsInstance(t, tensor);
-        if (is < 0)
+        PyObject *a = PyTuple_GET_ITEM(args, i), *path = PyTuple_GET_ITEM(positions, i);
+        if ((PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a)) ? grad_inputs_in(&out, path, a, tensor) < 0
+                                                                     : grad_input(&out, path, a, tensor) < 0)
             goto fail;
-        if (!is)
-            continue;
-        int req = truth(PyObject_GetAttr(t, s_requires_grad));
-        if (req < 0)
+    }
+    if (has_kw) {
+        PyObject *items = PyDict_Items(kwargs); /* a snapshot: reading a tensor's attributes may run Python code */
+        if (items == NULL)
             goto fail;
-        if (!req)
-            continue;
-        PyObject *fn = PyObject_GetAttr(t, s_grad_fn), *key;
-        if (fn == NULL)
-            goto fail;
-        if (fn != Py_None) {
-            PyObject *nr = PyObject_GetAttr(t, s_output_nr), *id = PyLong_FromVoidPtr(fn);
-            key = nr != NULL && id != NULL ? PyTuple_Pack(4, id, nr, fn, t) : NULL;
-            Py_XDECREF(nr);
-            Py_XDECREF(id);
-        } else {
-            PyObject *id = PyLong_FromVoidPtr(t);
-            key = id != NULL ? PyTuple_Pack(4, id, k_minus_one, Py_None, t) : NULL;
-            Py_XDECREF(id);
+        int failed = 0;
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i), *key = PyTuple_GET_ITEM(kv, 0), *a = PyTuple_GET_ITEM(kv, 1);
+            failed = ((PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a)) ? grad_inputs_in(&out, key, a, tensor)
+                                                                               : grad_input(&out, key, a, tensor)) < 0;
         }
-        Py_DECREF(fn);
-        PyObject *pair = key != NULL ? PyTuple_Pack(2, PyTuple_GET_ITEM(positions, i), key) : NULL;
-        Py_XDECREF(key);
-        if (pair == NULL)
-            goto fail;
-        if (out == NULL && (out = PyList_New(0)) == NULL) {
-            Py_DECREF(pair);
-            goto fail;
-        }
-        int failed = PyList_Append(out, pair);
-        Py_DECREF(pair);
-        if (failed < 0)
+        Py_DECREF(items);
+        if (failed)
             goto fail;
     }
     return out != NULL ? out : Py_NewRef(Py_None);
