@@ -149,7 +149,7 @@ def test_our_model_records_the_same_with_either_handler(tmp_path):
 class _Arguments(nn.Module):
     """Gradient inputs in every argument shape the C handler reads itself (``grad_inputs``): tensors among
     positional and keyword arguments, in lists and tuples one level deep, next to shapes, Sizes, dicts and
-    lists of scalars, inputs without gradients; and deeper ones it leaves to the Python walk."""
+    lists of scalars, inputs without gradients; and a deeper one it leaves to the Python walk."""
 
     def __init__(self):
         super().__init__()
@@ -164,7 +164,7 @@ class _Arguments(nn.Module):
         h = torch.cat(tensors=[h, y], dim=-1)  # a keyword list of tensors
         h = torch.where(h > 0, h, torch.zeros_like(h))
         h = F.pad(h, [1, 1], mode="constant", value=0.0)  # a list of ints
-        h = torch.cat([[h, y.repeat(1, 2)[:, :34]][0], (h,)[0]], dim=0)  # built from nested literals
+        h = h * torch.as_tensor([[0.5]])  # a list of lists: deeper, the Python walk
         return torch.stack([torch.cat([h, h], 0)], 0).sum() + torch.cat(((h, h)[0],), 0).sum()
 
 
