@@ -11,7 +11,7 @@
 #include "_dotted_names.h"
 
 static PyObject *s_busy, *s_all_data, *s_build_rows, *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_empty;
-static PyObject *s_dot, *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;
+static PyObject *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;
 static PyObject *s_enter, *s_exit;
 SLOT_CACHE(all_data);
 SLOT_CACHE(build_rows);
@@ -30,7 +30,7 @@ static int api_calls_init(void)
     if (API_INTERN(s_busy, "busy") || API_INTERN(s_all_data, "_all_data") || API_INTERN(s_build_rows, "build_rows")
         || API_INTERN(s_row_ctx, "_row_ctx") || API_INTERN(s_calls, "calls") || API_INTERN(s_rows, "rows")
         || API_INTERN(s_seen, "_seen") || API_INTERN(s_slot, "slot") || API_INTERN(s_empty, "")
-        || API_INTERN(s_dot, ".") || API_INTERN(s_prefix, "prefix") || API_INTERN(s_is_kwarg, "is_kwarg")
+        || API_INTERN(s_prefix, "prefix") || API_INTERN(s_is_kwarg, "is_kwarg")
         || API_INTERN(s_set_producer, "set_producer") || API_INTERN(s_call_index, "call_index")
         || API_INTERN(s_enter, "__enter__") || API_INTERN(s_exit, "__exit__"))
         return -1;

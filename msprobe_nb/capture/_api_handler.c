@@ -264,6 +264,12 @@ static inline int plain_scalar(PyObject *x)
     return x == Py_None || PyFloat_CheckExact(x) || PyLong_CheckExact(x) || PyBool_Check(x) || PyUnicode_CheckExact(x);
 }
 
+/* A list, tuple or dict (a subclass too): leaves() walks into it */
+static inline int nested(PyObject *x)
+{
+    return PyList_Check(x) || PyTuple_Check(x) || PyDict_Check(x);
+}
+
 /* 1 where a container argument can be read here: a list or tuple itself (not a namedtuple, whose paths are
    its fields) of scalars and tensors, or any list, tuple, Size or dict of scalars only (no tensor, so no
    gradient input whatever its path); 0 where it must be walked by leaves(); -1 on error */
@@ -286,7 +292,7 @@ static int one_level(PyObject *v, PyObject *tensor)
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         if (plain_scalar(item))
             continue;
-        if (!exact || PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))
+        if (!exact || nested(item))
             ok = 0;
         else
             ok = PyObject_IsInstance(item, tensor);
@@ -343,11 +349,9 @@ static int grad_inputs_in(PyObject **out, PyObject *path, PyObject *v, PyObject 
     for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i)); /* a list may change while Python runs */
         if (!plain_scalar(item)) {
-            PyObject *j = index_text(i);
-            PyObject *sub = j != NULL ? dotted((PyObject *[]){path, j}, 2) : NULL;
+            PyObject *sub = indexed(path, i);
             failed = sub == NULL || grad_input(out, sub, item, tensor) < 0;
             Py_XDECREF(sub);
-            Py_XDECREF(j);
         }
         Py_DECREF(item);
     }
@@ -366,15 +370,14 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
     int flat = n <= PyTuple_GET_SIZE(positions) && (kwargs == NULL || kwargs == Py_None || PyDict_CheckExact(kwargs));
     for (Py_ssize_t i = 0; flat == 1 && i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
-        if (PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a))
+        if (nested(a))
             flat = one_level(a, tensor);
     }
     if (flat == 1 && has_kw) {
         Py_ssize_t pos = 0;
         PyObject *key, *a;
         while (flat == 1 && PyDict_Next(kwargs, &pos, &key, &a))
-            flat = !PyUnicode_CheckExact(key) ? 0
-                   : PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a) ? one_level(a, tensor) : 1;
+            flat = !PyUnicode_CheckExact(key) ? 0 : nested(a) ? one_level(a, tensor) : 1;
     }
     if (flat < 0)
         return NULL;
@@ -383,8 +386,7 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
     PyObject *out = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i), *path = PyTuple_GET_ITEM(positions, i);
-        if ((PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a)) ? grad_inputs_in(&out, path, a, tensor) < 0
-                                                                     : grad_input(&out, path, a, tensor) < 0)
+        if ((nested(a) ? grad_inputs_in(&out, path, a, tensor) : grad_input(&out, path, a, tensor)) < 0)
             goto fail;
     }
     if (has_kw) {
@@ -394,8 +396,7 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
         int failed = 0;
         for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
             PyObject *kv = PyList_GET_ITEM(items, i), *key = PyTuple_GET_ITEM(kv, 0), *a = PyTuple_GET_ITEM(kv, 1);
-            failed = ((PyList_Check(a) || PyTuple_Check(a) || PyDict_Check(a)) ? grad_inputs_in(&out, key, a, tensor)
-                                                                               : grad_input(&out, key, a, tensor)) < 0;
+            failed = (nested(a) ? grad_inputs_in(&out, key, a, tensor) : grad_input(&out, key, a, tensor)) < 0;
         }
         Py_DECREF(items);
         if (failed)

@@ -4,7 +4,8 @@
  *
  * dotted(parts, n): the parts, each a str, joined by "."; exact ASCII strs are copied into one new string,
  * anything else goes through PyUnicode_Join, so the result is always the str that ".".join() gives.
- * index_text(i): str(i), the strings of 0..INDEX_TEXTS-1 made once per translation unit and shared.
+ * index_text(i): str(i), the strings of 0..INDEX_TEXTS-1 made once per translation unit and shared;
+ * indexed(path, i): f"{path}.{i}" from them.
  */
 #ifndef MSPROBE_NB_DOTTED_NAMES_H
 #define MSPROBE_NB_DOTTED_NAMES_H
@@ -82,6 +83,15 @@ static inline PyObject *dotted(PyObject *const *parts, Py_ssize_t n)
         w += k;
     }
     return out;
+}
+
+/* f"{path}.{i}", or str(i) where path is NULL: the path of a sequence's item i */
+static inline PyObject *indexed(PyObject *path, Py_ssize_t i)
+{
+    PyObject *text = index_text(i);
+    if (text != NULL && path != NULL)
+        Py_SETREF(text, dotted((PyObject *[]){path, text}, 2));
+    return text;
 }
 
 #endif

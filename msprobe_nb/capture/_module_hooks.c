@@ -186,7 +186,7 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     if (next == NULL || PyDict_SetItem(counters, key, next) < 0)
         goto fail;
     count = count_text(counter);
-    name = count != NULL ? dotted((PyObject *[]){s_module, path, text, s_forward, count}, 5) : NULL; /* naming.module_call_name */
+    name = count != NULL ? dotted((PyObject *[]){key, s_forward, count}, 3) : NULL; /* naming.module_call_name */
     gt = PyObject_CallNoArgs(CTX(h, C_GRAPH_TASK_ID));
     if (name == NULL || gt == NULL)
         goto fail;

@@ -620,9 +620,7 @@ static int add_sequence(Rows *r, PyObject *path, PyObject *seq_in)
     for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(item);  /* a list may change while Python code runs for an item */
-        PyObject *sub = index_text(i);
-        if (sub != NULL && has_path)
-            Py_SETREF(sub, dotted((PyObject *[]){path, sub}, 2));
+        PyObject *sub = indexed(has_path ? path : NULL, i);
         if (sub == NULL)
             failed = 1;
         else if ((PyObject *)Py_TYPE(item) != tensor && item != Py_None
@@ -682,9 +680,7 @@ static int add_value(Rows *r, PyObject *value, PyObject *prefix)
                 path = PyTuple_GET_ITEM(pos, i);
                 Py_INCREF(path);
             } else {
-                path = index_text(i);
-                if (path != NULL && has_prefix)
-                    Py_SETREF(path, dotted((PyObject *[]){prefix, path}, 2));
+                path = indexed(has_prefix ? prefix : NULL, i);
             }
             failed = path == NULL || add_item(r, path, item) < 0;
             Py_XDECREF(path);
