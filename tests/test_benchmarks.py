@@ -53,7 +53,7 @@ def test_real_model_report_gives_each_target_its_ratio_and_miss():
     table, markdown, missed = real.summarize(results, ["kit"])
     row = next(x for x in table.splitlines() if " gpt2 " in x)
     assert "1.40x" in row and "6.00x" in row and "2.90x" in row and "9.00x" in row and "1.133x" in row
-    assert "| gpt2 | 10.0 | 1.40x | 6.00x | 2.90x | 9.00x | 1.133x | 100 |" in markdown
+    assert "| gpt2 | 10.0 | 1.40x | 6.00x | 2.90x | 9.00x | 6.00x | 1.133x | 100 |" in markdown
     assert "kit gpt2 L1: 6.00x > target 3x (missed by 2.00x)" in missed
     assert "kit gpt2 tensor L1: 9.00x > target 8x (missed by 1.12x)" in missed
     assert any(m.startswith("kit gpt2 peak memory (L1): 1.133x") and "3.3 points" in m for m in missed)
@@ -62,6 +62,16 @@ def test_real_model_report_gives_each_target_its_ratio_and_miss():
     l1 = next(x for x in lines if " L1 " in x and "tensor" not in x)
     assert "2.00x-6.00x" in l1 and "MISSED by 2.00x (worst: gpt2)" in l1
     assert any(" L0 " in x and x.endswith("met") for x in lines)
+    assert any(" L1 mean " in x and x.endswith("2.00x-6.00x") for x in lines)
+
+
+def test_real_model_report_gives_the_mean_step_beside_the_median():
+    """A step in three that writes a chunk: the median ratio leaves it out, the mean one counts it."""
+    spiky = {"base_ms": [10, 10, 10], "with_ms": [30, 30, 90], "peak_rss_kib": 300_000, "calls": 100}
+    results = {"kit": {"vit": {"none": _real(10, 10), "stat-L1": spiky}}}
+    table, markdown, _ = real.summarize(results, ["kit"])
+    assert "| vit | 10.0 | - | 3.00x | - | - | 5.00x | 1.000x | 100 |" in markdown
+    assert any(" L1 mean " in x and x.endswith("5.00x-5.00x") for x in real.targets_report(results, ["kit"]))
 
 
 def test_real_model_benchmark_runs_a_recorded_step_of_a_real_model(tmp_path):
