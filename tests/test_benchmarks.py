@@ -74,6 +74,22 @@ def test_real_model_report_gives_the_mean_step_beside_the_median():
     assert any(" L1 mean " in x and x.endswith("5.00x-5.00x") for x in real.targets_report(results, ["kit"]))
 
 
+def test_real_model_report_of_repeated_processes_gives_their_median_and_range():
+    """--repeat: three processes of a cell, the median of their ratios, and a miss names their range."""
+    from recording.report import merge_runs
+
+    def run(base, with_):
+        return dict(_real(base, with_), base_wall_ms=[base] * 3, with_wall_ms=[with_] * 3)
+
+    l1 = merge_runs([run(10, 32), run(10, 45), run(10, 38)])
+    results = {"kit": {"gpt2": {"none": merge_runs([run(10, 10)] * 3), "stat-L1": l1}}}
+    table, markdown, missed = real.summarize(results, ["kit"])
+    assert "| gpt2 | 10.0 | - | 3.80x | - | - | 3.83x |" in markdown
+    assert "kit gpt2 L1: 3.80x > target 3x (missed by 1.27x, runs 3.20-4.50x)" in missed
+    with pytest.raises(SystemExit, match="--repeat: expected at least 1"):
+        real.main(["--repeat", "0", "--no-msprobe"])
+
+
 def test_real_model_benchmark_runs_a_recorded_step_of_a_real_model(tmp_path):
     pytest.importorskip("transformers", reason="transformers is not installed (the bench extra)")
     from recording.child import child
