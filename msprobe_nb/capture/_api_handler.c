@@ -270,11 +270,13 @@ static inline int nested(PyObject *x)
     return PyList_Check(x) || PyTuple_Check(x) || PyDict_Check(x);
 }
 
-/* 1 where a container argument can be read here: a list or tuple itself (not a namedtuple, whose paths are
-   its fields) of scalars and tensors, or any list, tuple, Size or dict of scalars only (no tensor, so no
-   gradient input whatever its path); 0 where it must be walked by leaves(); -1 on error */
+/* 1 where an argument can be read here: anything but a list, tuple or dict; a list or tuple itself (not a
+   namedtuple, whose paths are its fields) of scalars and tensors; or any list, tuple, Size or dict of scalars
+   only (no tensor, so no gradient input whatever its path). 0 where it must be walked by leaves(); -1 on error */
 static int one_level(PyObject *v, PyObject *tensor)
 {
+    if (!nested(v))
+        return 1;
     if (PyDict_Check(v)) {
         Py_ssize_t pos = 0;
         PyObject *key, *item;
@@ -337,9 +339,12 @@ static int grad_input(PyObject **out, PyObject *path, PyObject *t, PyObject *ten
     return failed;
 }
 
-/* grad_input for each tensor of a container one_level() accepted, its path f"{path}.{i}" as walk() gives it */
-static int grad_inputs_in(PyObject **out, PyObject *path, PyObject *v, PyObject *tensor)
+/* grad_input of an argument one_level() accepted: of v itself, or of each tensor in it at its path
+   f"{path}.{i}", as walk() gives it */
+static int grad_inputs_of(PyObject **out, PyObject *path, PyObject *v, PyObject *tensor)
 {
+    if (!nested(v))
+        return grad_input(out, path, v, tensor);
     if (PyDict_Check(v) || !(PyList_CheckExact(v) || PyTuple_CheckExact(v)))
         return 0; /* scalars only */
     PyObject *seq = PySequence_Fast(v, "");
@@ -368,16 +373,13 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     int has_kw = kwargs != NULL && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) > 0;
     int flat = n <= PyTuple_GET_SIZE(positions) && (kwargs == NULL || kwargs == Py_None || PyDict_CheckExact(kwargs));
-    for (Py_ssize_t i = 0; flat == 1 && i < n; i++) {
-        PyObject *a = PyTuple_GET_ITEM(args, i);
-        if (nested(a))
-            flat = one_level(a, tensor);
-    }
+    for (Py_ssize_t i = 0; flat == 1 && i < n; i++)
+        flat = one_level(PyTuple_GET_ITEM(args, i), tensor);
     if (flat == 1 && has_kw) {
         Py_ssize_t pos = 0;
         PyObject *key, *a;
         while (flat == 1 && PyDict_Next(kwargs, &pos, &key, &a))
-            flat = !PyUnicode_CheckExact(key) ? 0 : nested(a) ? one_level(a, tensor) : 1;
+            flat = PyUnicode_CheckExact(key) ? one_level(a, tensor) : 0;
     }
     if (flat < 0)
         return NULL;
@@ -386,7 +388,7 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
     PyObject *out = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i), *path = PyTuple_GET_ITEM(positions, i);
-        if ((nested(a) ? grad_inputs_in(&out, path, a, tensor) : grad_input(&out, path, a, tensor)) < 0)
+        if (grad_inputs_of(&out, path, a, tensor) < 0)
             goto fail;
     }
     if (has_kw) {
@@ -396,7 +398,7 @@ static PyObject *grad_inputs(Handler *h, PyObject *args, PyObject *kwargs)
         int failed = 0;
         for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
             PyObject *kv = PyList_GET_ITEM(items, i), *key = PyTuple_GET_ITEM(kv, 0), *a = PyTuple_GET_ITEM(kv, 1);
-            failed = (nested(a) ? grad_inputs_in(&out, key, a, tensor) : grad_input(&out, key, a, tensor)) < 0;
+            failed = grad_inputs_of(&out, key, a, tensor) < 0;
         }
         Py_DECREF(items);
         if (failed)
