@@ -93,9 +93,9 @@ def summarize(results: dict, trees: list[str]) -> tuple[str, str, list[str]]:
                 m = mem_ratio(r, none)
                 if m is not None and cfg in MEM_CONFIGS:
                     mems.append((m, cfg))
-            l1 = res.get("stat-L1")
-            cells.append(f"{mean_ratio(l1):9.2f}x" if l1 else f"{'-':>10}")
-            mdcells.append(f"{mean_ratio(l1):.2f}x" if l1 else "-")
+            l1 = mean_ratio(res["stat-L1"]) if res.get("stat-L1") else None
+            cells.append(f"{l1:9.2f}x" if l1 is not None else f"{'-':>10}")
+            mdcells.append(f"{l1:.2f}x" if l1 is not None else "-")
             worst = max(mems) if mems else None
             if worst and worst[0] > MEM_TARGET:
                 missed.append(f"{tree} {model} peak memory ({LABELS[worst[1]]}): {worst[0]:.3f}x plain > target "
