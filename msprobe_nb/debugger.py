@@ -366,7 +366,7 @@ class Debugger:
         if self._compile.note() is not None:
             meta["compile_note"] = self._compile.note()
         self._writer = DumpWriter(self.dump_dir, rank=self._recorder.rank, meta=meta,
-                                  tensor_compression="lzf" if cfg.compress_tensors else None, lock=self._lock)
+                                  tensor_compression="same" if cfg.compress_tensors else None, lock=self._lock)
         for step, code in self._unmarked:  # steps dropped before the file existed
             self._writer.mark_dropped(step, code)
         self._unmarked.clear()

@@ -72,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("host_random", "bool", "draw random numbers on the host and move them to the device"),
     Option("on_exists", "choice", "when dump-path holds a dump already", ON_EXISTS),
     Option("stack", "bool", "do not keep user stacks", flag="--no-stack"),
-    Option("compress_tensors", "bool", "tensor task: compress the whole-tensor buffers (lzf)"),
+    Option("compress_tensors", "bool", "tensor task: compress the whole-tensor buffers (bitshuffle + LZ4)"),
     Option("compile", "choice", "a torch.compile'd model: keep its compiled numerics (each graph one call), or run "
            "it eagerly while recording for per-call rows", COMPILE_MODES),
     Option("framework", "choice", "msprobe's framework key", FRAMEWORKS, shell=False),

@@ -326,6 +326,27 @@ def test_the_tensor_task_keeps_every_kind_of_input_exactly(tmp_path):
         assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), what
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_compress_tensors_compresses_the_buffers_with_the_tables_codec_and_keeps_every_bit(tmp_path, compress):
+    """docs/config.md, compress_tensors: the tensor buffers take the tables' bitshuffle + LZ4, else none."""
+    import h5py
+
+    inputs = [torch.randn(300, 7), torch.randn(50, dtype=torch.float64), torch.ones(9, dtype=torch.bfloat16) / 3]
+    with msprobe_nb.record(dump_path=tmp_path / "t", task="tensor", compress_tensors=compress):
+        for t in inputs:
+            torch.clone(t)
+    with h5py.File(tmp_path / "t" / "rank0.h5", "r") as h:
+        for w in (2, 4, 8):
+            plist = h[f"tensors/u{w}"].id.get_create_plist()
+            ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+            assert ids == ([32008] if compress else []), (w, ids)
+    parts = read_hdf5(tmp_path / "t")
+    c = parts.calls.set_index("name")
+    for i, t in enumerate(inputs):
+        got = parts.tensor_loader(c.loc[f"Torch.clone.{i}.forward.input.0", "data_name"])
+        assert got.dtype == t.dtype and torch.equal(got.view(torch.uint8), t.view(torch.uint8)), i
+
+
 # ---------------------------------------------------------------- names as msprobe writes them
 def test_a_torch_function_is_named_by_its_own_name_not_an_equal_aliass():
     """torch's index names torch.mm "torch.spmm" (equal builtins share one entry); msprobe wraps torch.mm by name

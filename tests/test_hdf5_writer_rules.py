@@ -4,6 +4,7 @@ column's conversion accepts what the schema allows and names the column otherwis
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import h5py
@@ -380,20 +381,87 @@ def test_each_steps_tensors_start_on_a_fresh_chunk_and_read_back_exactly(tmp_pat
         assert torch.equal(got, torch.from_numpy(want)), name
 
 
-@pytest.mark.parametrize("kw, filt", [({}, "lzf"), ({"compression": 0}, "gzip"), ({"compression": 9}, "gzip"),
+def _codec(ds) -> str | None:
+    """The compression filter of a dataset by name: h5py names lzf and gzip, and calls bitshuffle 'unknown'."""
+    plist = ds.id.get_create_plist()
+    ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    return "bitshuffle" if 32008 in ids else ds.compression
+
+
+@pytest.mark.parametrize("kw, filt", [({}, "bitshuffle"), ({"compression": "lzf"}, "lzf"),
+                                      ({"compression": 0}, "gzip"), ({"compression": 9}, "gzip"),
                                       ({"tensor_compression": None}, None), ({"tensor_compression": "lzf"}, "lzf"),
-                                      ({"compression": 4, "tensor_compression": 1}, "gzip")])
+                                      ({"compression": 4, "tensor_compression": 1}, "gzip"),
+                                      ({"compression": "lzf", "tensor_compression": "bitshuffle"}, "bitshuffle")])
 def test_compression_options_reach_the_files_datasets(tmp_path, kw, filt):
     d = tmp_path / "d"
     with DumpWriter(d, **kw) as w:
         w.write_step(0, {"name": ["x"]}, tensors={"t": np.ones(4, np.float32)})
+    table = "gzip" if isinstance(kw.get("compression"), int) else kw.get("compression", "bitshuffle")
     with h5py.File(d / "rank0.h5", "r", swmr=True) as h:
-        assert h["tensors/u4"].compression == filt
+        assert _codec(h["tensors/u4"]) == filt
         assert h["tensors/u1"].shuffle is False  # bytes have nothing to shuffle
-        assert all(h[f"tensors/u{w}"].shuffle is (filt is not None) for w in (2, 4, 8))
-        assert h["calls/name"].compression == ("gzip" if isinstance(kw.get("compression"), int) else "lzf")
+        # HDF5's byte shuffle before lzf and gzip; bitshuffle transposes the bits itself
+        assert all(h[f"tensors/u{w}"].shuffle is (filt in ("lzf", "gzip")) for w in (2, 4, 8))
+        assert _codec(h["calls/name"]) == table
+        assert h["calls/name"].shuffle is (table != "bitshuffle") and h["calls/name"].fletcher32
         if isinstance(kw.get("tensor_compression"), int):
             assert h["tensors/u4"].compression_opts == kw["tensor_compression"]
+    loaded = read_hdf5(d)
+    assert loaded.calls["name"].tolist() == ["x"]
+    assert loaded.tensor_loader("t").tolist() == [1.0] * 4
+
+
+def test_a_dump_needing_a_filter_this_python_lacks_is_refused_naming_what_to_install(tmp_path):
+    """A bitshuffle dump read where hdf5plugin is not installed: the read that needs the filter says so,
+    naming the file, the filter and what to install, instead of calling the chunk corrupt. Rows still in the
+    (uncompressed) tail and tables in lzf read as they are."""
+    import subprocess
+    import sys
+
+    whole = tmp_path / "whole"  # 5000 rows: a whole compressed chunk of every column
+    with DumpWriter(whole) as w:
+        w.write_step(0, {"name": [f"n{i}" for i in range(5000)]})
+    tail = tmp_path / "tail"  # 3 rows, all in the uncompressed tail
+    with DumpWriter(tail) as w:
+        w.write_step(0, {"name": ["a", "b", "c"]})
+    tensors = tmp_path / "tensors"  # the tables in lzf, the tensors in bitshuffle
+    with DumpWriter(tensors, compression="lzf", tensor_compression="bitshuffle") as w:
+        w.write_step(0, {"name": ["t"], "data_name": ["t"]}, tensors={"t": np.arange(70000, dtype=np.float32)})
+    code = (
+        "import sys; sys.modules['hdf5plugin'] = None\n"  # as if not installed: importing it raises ImportError
+        "import msprobe_nb\n"
+        "from msprobe_nb.store.errors import DumpFormatError\n"
+        "from msprobe_nb.store.hdf5_reader import read_hdf5\n"
+        "try:\n    read_hdf5(sys.argv[1])\n"
+        "except DumpFormatError as e:\n    print('refused:', e)\n"
+        "print(len(read_hdf5(sys.argv[2]).calls))\n"
+        "parts = read_hdf5(sys.argv[3])\n"
+        "print(len(parts.calls))\n"
+        "try:\n    parts.tensor_loader('t')\n"
+        "except DumpFormatError as e:\n    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}  # HDF5 then finds no plugin itself
+    out = subprocess.run([sys.executable, "-c", code, str(whole), str(tail), str(tensors)],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4 and lines[1:3] == ["3", "1"], out.stdout
+    for line, where in ((lines[0], "whole"), (lines[3], "tensors")):
+        assert line.startswith("refused:") and where in line, line
+        assert "'bitshuffle'" in line and "pip install hdf5plugin" in line and "corrupt" not in line, line
+
+
+def test_bitshuffle_without_hdf5plugin_is_refused_before_a_file_is_made(tmp_path, monkeypatch):
+    from msprobe_nb.store import hdf5_filters
+
+    monkeypatch.setattr(hdf5_filters, "_loaded", False)  # as if the import had failed
+    d = tmp_path / "d"
+    with pytest.raises(ValueError, match=r"needs the hdf5plugin package.*'lzf' or a gzip level"):
+        DumpWriter(d)
+    assert not (d / "rank0.h5").exists()
+    with DumpWriter(d, compression="lzf") as w:  # the codecs h5py has itself still work
+        w.write_step(0, {"name": ["x"]})
     assert read_hdf5(d).calls["name"].tolist() == ["x"]
 
 

@@ -31,7 +31,7 @@ class ColumnGroup:
         self.main: dict[str, DatasetWriter] = {}
         for path, dtype in columns.items():
             self.main[path] = DatasetWriter(f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk
-                path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), shuffle=True, **filt,
+                path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), **filt,
                 fletcher32=True, track_times=False))
         self.record = np.dtype([(path, np.dtype(dtype).newbyteorder("<")) for path, dtype in columns.items()])
         self.names = tuple(columns)  # the record's field names, in order

@@ -16,6 +16,7 @@ import h5py
 from h5py import h5f, h5p
 
 from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.hdf5_filters import load_plugins
 
 __all__ = ["HDF5_SIGNATURE", "READ_ERRORS", "open_rank_file"]
 
@@ -27,7 +28,11 @@ READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexErro
 
 
 def open_rank_file(path: Path) -> h5py.File:
-    """Open read-only; a file whose SWMR writer is running or was killed is opened in SWMR-read mode."""
+    """Open read-only; a file whose SWMR writer is running or was killed is opened in SWMR-read mode. The
+    compression filters are loaded first (store/hdf5_filters.py): a read that then fails for want of one
+    says so where it fails. Nothing is checked here: on a live file, reading a dataset's header before the
+    commit index would pin an extent older than the index."""
+    load_plugins()
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.hdf5_filters import missing_filter
 from msprobe_nb.store.hdf5_layout import (
     GROUPS,
     INDEX_POS,
@@ -221,6 +222,9 @@ def read_rows(f: h5py.File, tails: Tails, path: str, length: int, slot: int,
             try:
                 parts.append(main[a:min(b, m)])
             except READ_ERRORS as e:  # fletcher32 (layout 5) or the decompressor refused a chunk
+                lacking = missing_filter(main)  # or this process has no decompressor for it
+                if lacking is not None:
+                    raise DumpFormatError(f"{str(f.filename)!r}: /{path} cannot be read: {lacking}") from None
                 raise DumpFormatError(f"{str(f.filename)!r}: /{path} rows {a}..{min(b, m) - 1} are corrupt: a chunk "
                                       f"fails its checksum or does not decompress ({e})") from None
         if b > m:

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 
 from msprobe_nb.store.errors import DumpFormatError
+from msprobe_nb.store.hdf5_filters import missing_filter
 from msprobe_nb.store.hdf5_open import READ_ERRORS, open_rank_file
 from msprobe_nb.store.hdf5_tails import dataset
 from msprobe_nb.store.tensor_arrays import array_of_bytes, decodable
@@ -45,6 +46,14 @@ class TensorLoader:
 
     BLOCK_BYTES = 1 << 24  # tensors are read through 16 MiB blocks: one HDF5 read serves many small tensors
     MAX_BLOCKS = 4
+
+    def _lacking(self, path: str, width: int) -> str | None:
+        """After a failed read: the filter of the buffer ``u<width>`` this process cannot decode, if that is why."""
+        try:
+            with self._buffer(path, width) as ds:
+                return missing_filter(ds)
+        except (*READ_ERRORS, DumpFormatError):
+            return None
 
     @contextmanager
     def _buffer(self, path: str, width: int) -> Iterator[h5py.Dataset]:
@@ -103,7 +112,8 @@ class TensorLoader:
         try:
             arr = self._read(path, width, offset, count) if count else np.zeros(0, np.uint8)
         except READ_ERRORS as e:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({self._lacking(path, width) or e})"
+                                  ) from None
         if len(arr) != count:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
         try:
@@ -127,7 +137,8 @@ class TensorLoader:
         try:
             arr = self._read(path, width, offset, count)
         except READ_ERRORS as e:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({e})") from None
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({self._lacking(path, width) or e})"
+                                  ) from None
         if len(arr) != count:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
         try:

@@ -23,6 +23,7 @@ import numpy as np
 from msprobe_nb.store.column_values import as_1d, as_list, exact_int, is_missing, json_default, nullable
 from msprobe_nb.store.dump_dir import DumpInUseError, DumpLock, claim_dump_dir, resolve_dump_dir
 from msprobe_nb.store.hdf5_appends import ColumnGroup, DatasetWriter, write_packed
+from msprobe_nb.store.hdf5_filters import CODECS, table_filter
 from msprobe_nb.store.hdf5_layout import (
     COMMIT_MAGIC,
     ENCODINGS,
@@ -69,26 +70,22 @@ class DumpWriter:
     ``write_step`` converts and validates everything first, then appends, flushes, and finally
     appends the commit row; after it returns the step is durable. ``swmr=True`` (the default) opens
     the file in HDF5 single-writer/multiple-reader mode, so a notebook can read a running dump and a
-    kill inside ``write_step`` leaves the earlier steps readable. ``compression`` (tables and tensors,
-    always with the shuffle filter) is ``"lzf"`` (fast, h5py only) or a gzip level 0-9 (any HDF5 reader).
+    kill inside ``write_step`` leaves the earlier steps readable. ``compression`` (tables and tensors) is
+    ``"bitshuffle"`` (bitshuffle + LZ4 through hdf5plugin: the fastest), ``"lzf"`` (h5py's own filter) or a
+    gzip level 0-9 (any HDF5 reader), the last two after HDF5's byte shuffle (store/hdf5_filters.py).
     ``tensor_compression`` overrides it for the whole-tensor buffers; ``None`` stores them uncompressed,
-    several times faster to write (activations compress only to about 0.8 of their size).
+    the fastest to write (activations compress only to about 0.8 of their size).
     """
 
     def __init__(self, dump_dir: str | Path, rank: int = 0, meta: Mapping[str, Any] | None = None, *,
-                 swmr: bool = True, compression: str | int = "lzf",
+                 swmr: bool = True, compression: str | int = "bitshuffle",
                  tensor_compression: str | int | None = "same", lock: DumpLock | None = None) -> None:
         self.rank = int(rank)
         self.dump_dir = Path(dump_dir)
         self.path = self.dump_dir / f"rank{self.rank}.h5"
         self._file: h5py.File | None = None
         self._own_lock: DumpLock | None = None
-        if compression == "lzf":
-            filt: dict[str, Any] = {"compression": "lzf"}
-        elif isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 9:
-            filt = {"compression": "gzip", "compression_opts": compression}
-        else:
-            raise ValueError(f"compression must be 'lzf' or a gzip level 0-9, not {compression!r}")
+        filt = table_filter(compression)
         meta_json = json.dumps(dict(meta or {}), default=json_default, ensure_ascii=False)
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         if lock is None:  # nobody claimed the rank for us: claim it (DumpInUseError if a live process has it)
@@ -131,16 +128,15 @@ class DumpWriter:
                 if enc == "nullable_int64":
                     f[f"calls/{col}"].attrs["na_value"] = INT_NA
             if tensor_compression == "same":
-                tfilt = dict(filt, shuffle=True)
+                tfilt = filt
             elif tensor_compression is None:
                 tfilt = {"shuffle": False}
-            elif tensor_compression == "lzf":
-                tfilt = {"compression": "lzf", "shuffle": True}
-            elif type(tensor_compression) is int and 0 <= tensor_compression <= 9:  # not a bool
-                tfilt = {"compression": "gzip", "compression_opts": tensor_compression, "shuffle": True}
             else:
-                raise ValueError("tensor_compression must be 'same', None, 'lzf' or a gzip level 0-9, "
-                                 f"not {tensor_compression!r}")
+                try:
+                    tfilt = table_filter(tensor_compression)
+                except ValueError as e:
+                    raise ValueError(f"tensor_compression must be 'same', None, one of {list(CODECS)} or a gzip "
+                                     f"level 0-9, not {tensor_compression!r}") from e
             self._buffers = {
                 w: f.create_dataset(f"tensors/u{w}", shape=(0,), maxshape=(None,), dtype=f"uint{8 * w}",
                                     chunks=(TENSOR_CHUNK_BYTES // w,), track_times=False,

@@ -1,0 +1,73 @@
+"""The compression filters of the kit's HDF5 dumps: what the writer asks HDF5 for, and what a reader needs loaded.
+
+The default is bitshuffle + LZ4 (HDF5 filter 32008), which ``hdf5plugin`` registers with the HDF5 library h5py
+loaded. A recording writes a whole chunk of every calls-table column each 4096 rows, and with lzf + shuffle
+that compression was the largest single cost of a recorded step on models with a few thousand rows a step;
+bitshuffle + LZ4 compresses the same columns several times faster, to the same size or smaller, and decodes
+them faster too (benchmarks/README.md). lzf (h5py's own filter) and gzip stay available, and dumps written
+with them read as before.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+
+__all__ = ["BITSHUFFLE_ID", "CODECS", "load_plugins", "missing_filter", "table_filter"]
+
+#: HDF5's registered id of the bitshuffle filter
+BITSHUFFLE_ID = 32008
+#: the named codecs ``DumpWriter(compression=...)`` takes (a gzip level 0-9 is the other choice)
+CODECS = ("bitshuffle", "lzf")
+
+_loaded: bool | None = None  # None: not tried yet; False: hdf5plugin is not installed
+
+
+def load_plugins() -> bool:
+    """Register hdf5plugin's filters with h5py's HDF5 (once per process); False where it is not installed."""
+    global _loaded
+    if _loaded is None:
+        try:
+            import hdf5plugin  # noqa: F401  # importing it registers its filters
+        except (ImportError, OSError):  # not installed, or its libraries do not load: lzf and gzip still work
+            _loaded = False
+        else:
+            _loaded = True
+    return _loaded
+
+
+def table_filter(compression: str | int) -> dict[str, Any]:
+    """``create_dataset`` keywords of a codec: ``"bitshuffle"`` (bitshuffle + LZ4, which shuffles the bits itself),
+    ``"lzf"`` or a gzip level 0-9 (both after HDF5's byte shuffle). ValueError names the choices."""
+    if compression == "bitshuffle":
+        if not load_plugins() or not h5py.h5z.filter_avail(BITSHUFFLE_ID):
+            raise ValueError("compression 'bitshuffle' needs the hdf5plugin package (pip install hdf5plugin); "
+                             "'lzf' or a gzip level 0-9 work without it")
+        # block size 0: the filter's own choice; 2: LZ4 after the bit transpose
+        return {"compression": BITSHUFFLE_ID, "compression_opts": (0, 2), "shuffle": False}
+    if compression == "lzf":
+        return {"compression": "lzf", "shuffle": True}
+    if isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 9:
+        return {"compression": "gzip", "compression_opts": compression, "shuffle": True}
+    raise ValueError(f"compression must be one of {list(CODECS)} or a gzip level 0-9, not {compression!r}")
+
+
+def missing_filter(ds: h5py.Dataset) -> str | None:
+    """What a reader lacks to decode ``ds``: a sentence naming the first filter of its pipeline that this
+    process's HDF5 does not have, and how to get it; None when every filter is available."""
+    try:
+        plist = ds.id.get_create_plist()
+        filters = [plist.get_filter(i) for i in range(plist.get_nfilters())]
+    except (OSError, RuntimeError, ValueError):
+        return None
+    for code, _flags, _opts, name in filters:
+        if h5py.h5z.filter_avail(code):
+            continue
+        if load_plugins() and h5py.h5z.filter_avail(code):
+            continue
+        label = name.decode("utf-8", "replace").split(";")[0] if isinstance(name, bytes) else str(name)
+        hint = "install hdf5plugin (pip install hdf5plugin), which msprobe_nb depends on" \
+            if not load_plugins() else "no installed HDF5 plugin provides it"
+        return f"it was written with the HDF5 filter {label!r} (id {code}), which this Python cannot decode: {hint}"
+    return None
+
