@@ -1,7 +1,8 @@
 """Time the HDF5 store: write 1,000,000 calls rows in 10 steps, then read_hdf5 them into the DataFrame.
 
-Run: ``python benchmarks/bench_store.py [--rows N] [--steps K] [--dir PATH]``. Prints seconds; the
-target is read_hdf5 <= 2 s for 1M rows on a 2-core machine.
+Run: ``python benchmarks/bench_store.py [--rows N] [--steps K] [--dir PATH] [--compression C ...]``. Prints
+seconds, once per codec (``bitshuffle``, the default, ``lzf``, or a gzip level); the target is read_hdf5 <= 2 s
+for 1M rows on a 2-core machine.
 """
 from __future__ import annotations
 
@@ -82,7 +83,14 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--repeat", type=int, default=5, help="number of timed reads")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one read")
+    ap.add_argument("--compression", nargs="+", default=["bitshuffle"],
+                    help="the writer's codecs to measure, one after the other: bitshuffle, lzf or a gzip level")
     args = ap.parse_args()
+    for codec in args.compression:
+        run(args, int(codec) if codec.isdigit() else codec)
+
+
+def run(args: argparse.Namespace, compression: str | int) -> None:
 
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_store_"))
     dump = root / "dump"
@@ -95,7 +103,7 @@ def main() -> None:
     stacks = {k: [f"train.py:{10 * k + j} in fn{j}" for j in range(12)] for k in range(50)}
 
     t0 = time.perf_counter()
-    with DumpWriter(dump, rank=0, meta={"task": "statistics", "level": "L1"}) as w:
+    with DumpWriter(dump, rank=0, meta={"task": "statistics", "level": "L1"}, compression=compression) as w:
         for s, cols in enumerate(steps):
             w.write_step(s, cols, stacks, {f"Module.layers.{k}.mlp.MLP.forward.{s}": None for k in range(24)}, {})
     t_write = time.perf_counter() - t0
@@ -116,7 +124,8 @@ def main() -> None:
     read_hdf5(dump, steps=[args.steps - 1])
     t_one = time.perf_counter() - t0
 
-    print(f"rows={n:,} steps={args.steps} distinct names={parts.calls['name'].nunique():,} cpus={os.cpu_count()}")
+    print(f"compression={compression} rows={n:,} steps={args.steps} "
+          f"distinct names={parts.calls['name'].nunique():,} cpus={os.cpu_count()}")
     print(f"build {t_build:.2f} s | write {t_write:.2f} s ({n / t_write / 1e6:.2f} M rows/s) "
           f"| file {size / 1e6:.1f} MB")
     print(f"read_hdf5: best {min(times):.3f} s, median {statistics.median(times):.3f} s "
