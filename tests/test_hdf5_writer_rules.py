@@ -452,13 +452,40 @@ def test_a_dump_needing_a_filter_this_python_lacks_is_refused_naming_what_to_ins
         assert "'bitshuffle'" in line and "pip install hdf5plugin" in line and "corrupt" not in line, line
 
 
+def test_only_the_bitshuffle_filter_is_loaded_and_the_package_import_is_the_fallback(tmp_path):
+    """store/hdf5_filters.py: importing hdf5plugin loads all twelve of its filter libraries (about 6 MB of
+    resident memory in every recording process); the kit registers bitshuffle alone, and imports the package
+    only where that fails. Either way the dump reads back."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from msprobe_nb.store import hdf5_filters as F\n"
+        "if sys.argv[2] == 'fallback':\n    F._register_bitshuffle = lambda: False\n"
+        "import numpy as np\n"
+        "from msprobe_nb.store.hdf5_writer import DumpWriter\n"
+        "from msprobe_nb.store.hdf5_reader import read_hdf5\n"
+        "with DumpWriter(sys.argv[1]) as w:\n    w.write_step(0, {'name': [f'n{i}' for i in range(5000)]})\n"
+        "print(len(read_hdf5(sys.argv[1]).calls), 'hdf5plugin' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    for how, imported in (("alone", "False"), ("fallback", "True")):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / how), how], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["5000", imported], (how, out.stdout)
+
+
 def test_bitshuffle_without_hdf5plugin_is_refused_before_a_file_is_made(tmp_path, monkeypatch):
     from msprobe_nb.store import hdf5_filters
 
     monkeypatch.setattr(hdf5_filters, "_loaded", False)  # as if the import had failed
     d = tmp_path / "d"
-    with pytest.raises(ValueError, match=r"needs the hdf5plugin package.*'lzf' or a gzip level"):
+    with pytest.raises(ValueError, match=r"^compression 'bitshuffle' needs the hdf5plugin package.*'lzf' or a gzip"):
         DumpWriter(d)
+    with pytest.raises(ValueError, match=r"^tensor_compression 'bitshuffle' needs the hdf5plugin package"):
+        DumpWriter(d, compression="lzf", tensor_compression="bitshuffle")
     assert not (d / "rank0.h5").exists()
     with DumpWriter(d, compression="lzf") as w:  # the codecs h5py has itself still work
         w.write_step(0, {"name": ["x"]})

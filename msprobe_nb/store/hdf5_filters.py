@@ -9,6 +9,10 @@ with them read as before.
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import os
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -20,28 +24,61 @@ BITSHUFFLE_ID = 32008
 #: the named codecs ``DumpWriter(compression=...)`` takes (a gzip level 0-9 is the other choice)
 CODECS = ("bitshuffle", "lzf")
 
-_loaded: bool | None = None  # None: not tried yet; False: hdf5plugin is not installed
+_loaded: bool | None = None  # None: not tried yet; False: bitshuffle cannot be registered (no hdf5plugin)
 
 
 def load_plugins() -> bool:
-    """Register hdf5plugin's filters with h5py's HDF5 (once per process); False where it is not installed."""
+    """Make bitshuffle available to h5py's HDF5 (once per process); False where hdf5plugin is not installed.
+
+    Only that one filter is registered, from hdf5plugin's build of it: importing hdf5plugin registers all twelve
+    of its filters, whose libraries add about 6 MB of resident memory to a recording process. Should its
+    plugin not load that way, the package is imported instead."""
     global _loaded
     if _loaded is None:
-        try:
-            import hdf5plugin  # noqa: F401  # importing it registers its filters
-        except (ImportError, OSError):  # not installed, or its libraries do not load: lzf and gzip still work
-            _loaded = False
-        else:
-            _loaded = True
+        _loaded = bool(h5py.h5z.filter_avail(BITSHUFFLE_ID)) or _register_bitshuffle() or _import_hdf5plugin()
     return _loaded
 
 
-def table_filter(compression: str | int) -> dict[str, Any]:
+def _register_bitshuffle() -> bool:
+    """Register hdf5plugin's bitshuffle library alone: it binds the HDF5 library h5py loaded (``init_filter``),
+    then hands HDF5 its filter class (the plugin entry point every HDF5 filter plugin exports)."""
+    try:
+        spec = importlib.util.find_spec("hdf5plugin")  # found, not imported
+    except (ImportError, ValueError):
+        return False
+    where = spec.submodule_search_locations if spec is not None else None
+    found = [lib for folder in where or () for lib in sorted(Path(folder, "plugins").glob("libh5bshuf.*"))]
+    if not found:
+        return False
+    try:
+        lib = ctypes.CDLL(str(found[0]))
+        init = getattr(lib, "init_filter", None)
+        if init is not None:
+            init.argtypes, init.restype = [ctypes.c_char_p], ctypes.c_int
+            if init(os.fsencode(h5py.h5z.__file__)) < 0:
+                return False
+        lib.H5PLget_plugin_info.restype = ctypes.c_void_p
+        h5py.h5z.register_filter(lib.H5PLget_plugin_info())
+    except (OSError, AttributeError, RuntimeError, ValueError, TypeError):
+        return False
+    return bool(h5py.h5z.filter_avail(BITSHUFFLE_ID))
+
+
+def _import_hdf5plugin() -> bool:
+    try:
+        import hdf5plugin  # noqa: F401  # importing it registers its filters
+    except (ImportError, OSError):  # not installed, or its libraries do not load: lzf and gzip still work
+        return False
+    return bool(h5py.h5z.filter_avail(BITSHUFFLE_ID))
+
+
+def table_filter(compression: Any, key: str = "compression", also: tuple = ()) -> dict[str, Any]:
     """``create_dataset`` keywords of a codec: ``"bitshuffle"`` (bitshuffle + LZ4, which shuffles the bits itself),
-    ``"lzf"`` or a gzip level 0-9 (both after HDF5's byte shuffle). ValueError names the choices."""
+    ``"lzf"`` or a gzip level 0-9 (both after HDF5's byte shuffle). A ValueError names the option ``key`` and its
+    choices (``also``: the caller's other values)."""
     if compression == "bitshuffle":
         if not load_plugins() or not h5py.h5z.filter_avail(BITSHUFFLE_ID):
-            raise ValueError("compression 'bitshuffle' needs the hdf5plugin package (pip install hdf5plugin); "
+            raise ValueError(f"{key} 'bitshuffle' needs the hdf5plugin package (pip install hdf5plugin); "
                              "'lzf' or a gzip level 0-9 work without it")
         # block size 0: the filter's own choice; 2: LZ4 after the bit transpose
         return {"compression": BITSHUFFLE_ID, "compression_opts": (0, 2), "shuffle": False}
@@ -49,7 +86,7 @@ def table_filter(compression: str | int) -> dict[str, Any]:
         return {"compression": "lzf", "shuffle": True}
     if isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 9:
         return {"compression": "gzip", "compression_opts": compression, "shuffle": True}
-    raise ValueError(f"compression must be one of {list(CODECS)} or a gzip level 0-9, not {compression!r}")
+    raise ValueError(f"{key} must be one of {[*also, *CODECS]} or a gzip level 0-9, not {compression!r}")
 
 
 def missing_filter(ds: h5py.Dataset) -> str | None:
@@ -70,4 +107,3 @@ def missing_filter(ds: h5py.Dataset) -> str | None:
             if not load_plugins() else "no installed HDF5 plugin provides it"
         return f"it was written with the HDF5 filter {label!r} (id {code}), which this Python cannot decode: {hint}"
     return None
-

@@ -23,7 +23,7 @@ import numpy as np
 from msprobe_nb.store.column_values import as_1d, as_list, exact_int, is_missing, json_default, nullable
 from msprobe_nb.store.dump_dir import DumpInUseError, DumpLock, claim_dump_dir, resolve_dump_dir
 from msprobe_nb.store.hdf5_appends import ColumnGroup, DatasetWriter, write_packed
-from msprobe_nb.store.hdf5_filters import CODECS, table_filter
+from msprobe_nb.store.hdf5_filters import table_filter
 from msprobe_nb.store.hdf5_layout import (
     COMMIT_MAGIC,
     ENCODINGS,
@@ -132,11 +132,7 @@ class DumpWriter:
             elif tensor_compression is None:
                 tfilt = {"shuffle": False}
             else:
-                try:
-                    tfilt = table_filter(tensor_compression)
-                except ValueError as e:
-                    raise ValueError(f"tensor_compression must be 'same', None, one of {list(CODECS)} or a gzip "
-                                     f"level 0-9, not {tensor_compression!r}") from e
+                tfilt = table_filter(tensor_compression, "tensor_compression", ("same", None))
             self._buffers = {
                 w: f.create_dataset(f"tensors/u{w}", shape=(0,), maxshape=(None,), dtype=f"uint{8 * w}",
                                     chunks=(TENSOR_CHUNK_BYTES // w,), track_times=False,
