@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,9 @@ def load_plugins() -> bool:
 
 
 def _register_bitshuffle() -> bool:
-    """Register hdf5plugin's bitshuffle library alone: it binds the HDF5 library h5py loaded (``init_filter``),
-    then hands HDF5 its filter class (the plugin entry point every HDF5 filter plugin exports)."""
+    """Register hdf5plugin's bitshuffle library alone: it binds the HDF5 library h5py loaded (``init_filter``,
+    which hdf5plugin's builds export outside Windows), then hands HDF5 its filter class (the plugin entry point
+    every HDF5 filter plugin exports)."""
     try:
         spec = importlib.util.find_spec("hdf5plugin")  # found, not imported
     except (ImportError, ValueError):
@@ -52,7 +54,7 @@ def _register_bitshuffle() -> bool:
         return False
     try:
         lib = ctypes.CDLL(str(found[0]))
-        init = getattr(lib, "init_filter", None)
+        init = getattr(lib, "init_filter", None) if not sys.platform.startswith("win") else None  # as hdf5plugin
         if init is not None:
             init.argtypes, init.restype = [ctypes.c_char_p], ctypes.c_int
             if init(os.fsencode(h5py.h5z.__file__)) < 0:
