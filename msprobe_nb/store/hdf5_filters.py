@@ -1,7 +1,7 @@
 """The compression filters of the kit's HDF5 dumps: what the writer asks HDF5 for, and what a reader needs loaded.
 
-The default is bitshuffle + LZ4 (HDF5 filter 32008), which ``hdf5plugin`` registers with the HDF5 library h5py
-loaded. A recording writes a whole chunk of every calls-table column each 4096 rows, and with lzf + shuffle
+The default is bitshuffle + LZ4 (HDF5 filter 32008), from ``hdf5plugin``'s build of it, registered with the HDF5
+library h5py loaded. A recording writes a whole chunk of every calls-table column each 4096 rows, and with lzf + shuffle
 that compression was the largest single cost of a recorded step on models with a few thousand rows a step;
 bitshuffle + LZ4 compresses the same columns several times faster, to the same size or smaller, and decodes
 them faster too (benchmarks/README.md). lzf (h5py's own filter) and gzip stay available, and dumps written
@@ -102,10 +102,8 @@ def missing_filter(ds: h5py.Dataset) -> str | None:
     for code, _flags, _opts, name in filters:
         if h5py.h5z.filter_avail(code):
             continue
-        if load_plugins() and h5py.h5z.filter_avail(code):
-            continue
         label = name.decode("utf-8", "replace").split(";")[0] if isinstance(name, bytes) else str(name)
         hint = "install hdf5plugin (pip install hdf5plugin), which msprobe_nb depends on" \
-            if not load_plugins() else "no installed HDF5 plugin provides it"
+            if code == BITSHUFFLE_ID else "msprobe_nb writes no dataset with it"
         return f"it was written with the HDF5 filter {label!r} (id {code}), which this Python cannot decode: {hint}"
     return None
