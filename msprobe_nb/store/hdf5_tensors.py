@@ -47,6 +47,20 @@ class TensorLoader:
     BLOCK_BYTES = 1 << 24  # tensors are read through 16 MiB blocks: one HDF5 read serves many small tensors
     MAX_BLOCKS = 4
 
+    def _elements(self, data_name: str, path: str, width: int, offset: int, count: int) -> np.ndarray:
+        """The ``count`` elements of tensor ``data_name`` in its buffer, or DumpFormatError naming the file and
+        why: a read that failed (the filter this process lacks, where that is the cause) or too few elements."""
+        if not count:
+            return np.zeros(0, np.uint8)
+        try:
+            arr = self._read(path, width, offset, count)
+        except READ_ERRORS as e:
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({self._lacking(path, width) or e})"
+                                  ) from None
+        if len(arr) != count:
+            raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
+        return arr
+
     def _lacking(self, path: str, width: int) -> str | None:
         """After a failed read: the filter of the buffer ``u<width>`` this process cannot decode, if that is why."""
         try:
@@ -109,13 +123,7 @@ class TensorLoader:
             raise KeyError(f"no tensor named {data_name!r} in {self.source!r}") from None
         if not decodable(dtype_name):
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} has unknown dtype {dtype_name!r}")
-        try:
-            arr = self._read(path, width, offset, count) if count else np.zeros(0, np.uint8)
-        except READ_ERRORS as e:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({self._lacking(path, width) or e})"
-                                  ) from None
-        if len(arr) != count:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
+        arr = self._elements(data_name, path, width, offset, count)
         try:
             return array_of_bytes(arr, dtype_name, tuple(shape))
         except ValueError as e:
@@ -134,13 +142,7 @@ class TensorLoader:
             raise DumpFormatError(f"{path!r}: tensor {data_name!r} has unknown dtype {dtype_name!r}")
         if count == 0:
             return torch.empty(shape, dtype=dtype)
-        try:
-            arr = self._read(path, width, offset, count)
-        except READ_ERRORS as e:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} cannot be read ({self._lacking(path, width) or e})"
-                                  ) from None
-        if len(arr) != count:
-            raise DumpFormatError(f"{path!r}: tensor {data_name!r} runs past the end of tensors/u{width}")
+        arr = self._elements(data_name, path, width, offset, count)
         try:
             return torch.from_numpy(arr.view(np.uint8)).view(dtype).reshape(shape)
         except RuntimeError as e:
