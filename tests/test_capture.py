@@ -250,6 +250,24 @@ def test_inputs_of_inplace_ops_are_recorded_before_mutation(tmp_path):
     assert calls.loc["Tensor.add_.0.forward.output.0", "max"] == 5.0
 
 
+@pytest.mark.parametrize("split", ["c", "python"])
+def test_keyword_arguments_are_marked_as_such(split, tmp_path, fast_paths, monkeypatch):
+    """is_kwarg (msprobe's input_kwargs) holds for the keyword arguments' rows and no other, whichever way
+    the rows were built and split into columns."""
+    import msprobe_nb.capture.recorder as recorder_mod
+    if split == "python":
+        monkeypatch.setattr(recorder_mod, "_split_rows", None)
+    x, w, b = torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)
+    with msprobe_nb.record(dump_path=tmp_path / "d", level="L1"):
+        F.linear(x, w, bias=b)
+        torch.add(x, x, alpha=2)
+    calls = read_hdf5(tmp_path / "d").calls
+    kw = set(calls.name[calls.is_kwarg.astype(bool)])
+    assert kw == {"Functional.linear.0.forward.input.bias", "Torch.add.0.forward.input.alpha"}
+    assert {"Functional.linear.0.forward.input.0", "Functional.linear.0.forward.input.1",
+            "Functional.linear.0.forward.output.0", "Torch.add.0.forward.input.1"} <= set(calls.name) - kw
+
+
 # ---------------------------------------------------------------- statistics
 def test_statistics_for_every_kind_of_tensor(tmp_path):
     cases = {

@@ -528,14 +528,14 @@ def test_the_rows_split_into_the_same_columns_in_c_and_python(monkeypatch):
 
 def test_a_row_split_cannot_take_goes_the_python_way():
     rows = _rows_of_every_kind()
-    split = recorder_mod._split_rows
+    split, k = recorder_mod._split_rows, len(recorder_mod._NUMERIC)
     with pytest.raises(TypeError, match="tuple of the row's fields"):
-        split([*rows, rows[0][:-1]], recorder_mod._NUMERIC_AT, np.empty((9, len(rows) + 1)))
+        split([*rows, rows[0][:-1]], recorder_mod._NUMERIC_AT, np.empty((k, len(rows) + 1)))
     odd = (*rows[0][:5], "tensor", *rows[0][6:])  # a kind that is no number
     with pytest.raises(TypeError, match="neither an int nor a float"):
-        split([odd], recorder_mod._NUMERIC_AT, np.empty((9, 1)))
+        split([odd], recorder_mod._NUMERIC_AT, np.empty((k, 1)))
     with pytest.raises(ValueError, match="len\\(numeric\\) \\* len\\(rows\\)"):
-        split(rows, recorder_mod._NUMERIC_AT, np.empty((9, len(rows) + 1)))
+        split(rows, recorder_mod._NUMERIC_AT, np.empty((k, len(rows) + 1)))
     with pytest.raises(ValueError, match="could not convert"):  # the Python way names what is wrong
         recorder_mod._columns([odd])
 

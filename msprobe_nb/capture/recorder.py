@@ -55,7 +55,7 @@ _build_rows = _row_builder.build_rows if _row_builder is not None else None
 _split_rows = getattr(_row_builder, "split_rows", None)
 _attr_columns = getattr(_row_builder, "attr_columns", None)
 #: the row fields materialize turns into numbers: small codes, the nullable numbers, the call and summary slots
-_NUMERIC = ("kind", "io", "dtype", "device", "numel", "tensor_id", "requires_grad", "_call", "_stat")
+_NUMERIC = ("kind", "io", "dtype", "device", "numel", "tensor_id", "requires_grad", "is_kwarg", "_call", "_stat")
 _NUMERIC_AT = tuple(_F[f] for f in _NUMERIC)
 
 #: columns that are fields of the call, not of the row: (column, Call attribute)
@@ -440,6 +440,7 @@ class Recorder:
         # nullable numbers as float arrays (rows hold NaN for "none", which the writer stores as <NA>)
         for f in ("numel", "tensor_id", "requires_grad"):
             out[f] = nums[f]
+        out["is_kwarg"] = nums["is_kwarg"] != 0  # a bool array: the writer takes it as it is
         codes = nums["_call"].astype(np.int64)
         for col, values in zip(_CALL_COLUMNS, call_fields(self.calls)):
             out[col] = Coded(codes, values)
