@@ -54,7 +54,8 @@ _build_rows = _row_builder.build_rows if _row_builder is not None else None
 # the same extension's one-pass split of the rows into columns (None: zip(*rows) and numpy's conversions)
 _split_rows = getattr(_row_builder, "split_rows", None)
 _attr_columns = getattr(_row_builder, "attr_columns", None)
-#: the row fields materialize turns into numbers: small codes, the nullable numbers, the call and summary slots
+#: the row fields materialize turns into numbers: small codes, the nullable numbers, the keyword flag, the call
+#: and summary slots
 _NUMERIC = ("kind", "io", "dtype", "device", "numel", "tensor_id", "requires_grad", "is_kwarg", "_call", "_stat")
 _NUMERIC_AT = tuple(_F[f] for f in _NUMERIC)
 
