@@ -429,7 +429,7 @@ class Recorder:
         self.collectives.step_ends()
         if not self.rows:
             return None
-        stats, hashes = self.summarizer.materialize()
+        padded, hashes = self.summarizer.materialize(pad=True)  # its last row, NaN, is index -1's: no statistics
         cols, nums = _columns(self.rows)
         out: dict[str, Any] = {}
         for f, i in _F.items():
@@ -445,18 +445,15 @@ class Recorder:
         codes = nums["_call"].astype(np.int64)
         for col, values in zip(_CALL_COLUMNS, call_fields(self.calls)):
             out[col] = Coded(codes, values)
-        sidx = nums["_stat"].astype(np.int64)
-        has = sidx >= 0
-        # one padded row of NaN stands for "no statistics" (values, None, tensors without data)
-        padded = np.vstack([stats, np.full((1, 7), np.nan)]) if len(stats) else np.full((1, 7), np.nan)
-        picked = padded[np.where(has, sidx, len(padded) - 1)]
+        sidx = nums["_stat"].astype(np.int64)  # -1: no statistics (values, None, tensors without data)
+        picked = padded.take(sidx, axis=0)  # take: several times faster than indexing with an array here
         for j, col in enumerate(("max", "min", "mean", "norm")):
             out[col] = picked[:, j]
         for j, col in ((4, "nan_count"), (5, "posinf_count"), (6, "neginf_count")):
             out[col] = picked[:, j]  # float, NaN where not counted: the writer stores those as <NA>
         if hashes:
             hx = np.asarray(hashes + [""], dtype=object)
-            out["hash"] = hx[np.where(has, sidx, len(hashes))]
+            out["hash"] = hx[sidx]  # -1: the "" after the step's hashes
         tensors: dict[str, torch.Tensor] = {}
         if not self.summarizer.keep_tensors:
             out["data_name"] = Coded(np.zeros(len(sidx), np.int64), [""])

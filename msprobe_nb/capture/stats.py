@@ -442,17 +442,22 @@ class Summarizer:
         return not (self.want_hash or self.keep_tensors) and out.dtype == source.dtype \
             and out.numel() == source.numel()
 
-    def materialize(self) -> tuple[np.ndarray, list[str]]:
-        """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device."""
+    def materialize(self, pad: bool = False) -> tuple[np.ndarray, list[str]]:
+        """(n, 7) float64 array of max, min, mean, norm, nan, +inf, -inf, and the hashes: one sync per device.
+
+        ``pad``: one more row, of NaN, at the end, so that index -1 ("no statistics") picks it."""
         self._batches.flush(self._values)
         n = len(self._values)
         device_rows: dict[torch.device, list[int]] = {}
-        out = np.empty((n, 7), dtype=np.float64)
+        full = np.empty((n + 1 if pad else n, 7), dtype=np.float64)
+        if pad:
+            full[n] = np.nan
+        out = full[:n] if pad else full
         try:  # all on the CPU: one conversion of the list of tuples
             if _pack_stats is None or not _pack_stats(self._values, out):
-                out = np.array(self._values, dtype=np.float64).reshape(n, 7)
+                out[:] = np.array(self._values, dtype=np.float64).reshape(n, 7)
         except (TypeError, ValueError):
-            out = np.full((n, 7), np.nan)
+            out[:] = np.nan
             for i, v in enumerate(self._values):
                 if isinstance(v, tuple):
                     out[i] = v
@@ -463,7 +468,7 @@ class Summarizer:
         if device_rows or self.want_hash or self.keep_tensors:
             _sync_accelerators()
         hashes = [h if isinstance(h, str) else _crc32(h) for h in self._hashes]
-        return out, hashes
+        return full, hashes
 
 
 def _sync_accelerators() -> None:
