@@ -628,6 +628,29 @@ def test_columns_repeated_from_the_last_step_reuse_its_ids_but_never_a_failed_st
     assert c["shape"].tolist() == [(1, 2)] * 15 and c["call_index"].tolist() == [0, 1, 2, 3, 4] * 2 + [0] * 5
 
 
+def test_string_columns_mixing_known_new_and_missing_values(tmp_path):
+    """None, NaN and pandas' NA among known and new strings, step after step (the writer remembers a step's
+    ids): each string reads back as itself, each missing value as "" in the calls table and as None for a
+    construct parent, where the schema keeps "no value" apart."""
+    steps = [["a", None, "b", float("nan"), "a", pd.NA, None, "c"],
+             [None, None, "a", "d", None, None, "b", "c"],
+             [None, None, "a", "d", None, None, "b", "c"],  # as the last step: its ids are recalled
+             [None] * 8]
+    parents = [{"x": None, "y": "a"}, {"x": "y", "y": None}, {"x": "y", "y": None}, {"x": None, "y": None}]
+    with DumpWriter(tmp_path / "d") as w:
+        for step, (vals, con) in enumerate(zip(steps, parents)):
+            w.write_step(step, {"value": vals, "producer": vals[::-1]}, {}, con, {})
+    parts = read_hdf5(tmp_path / "d")
+    c = parts.calls
+
+    def plain(vals):
+        return [v if isinstance(v, str) else "" for v in vals]
+    assert c["value"].tolist() == [v for vals in steps for v in plain(vals)]
+    assert c["producer"].tolist() == [v for vals in steps for v in plain(vals[::-1])]
+    by_step = parts.meta["construct_by_step"]
+    assert [by_step[(0, s)] for s in range(4)] == parents
+
+
 def test_the_recorder_keeps_numpy_copies_only_of_dtypes_the_writer_stores():
     """capture (stats._NUMPY_HELD) and the store (tensor_bytes.SHARED_DTYPES) each list the dtypes kept as numpy
     copies, since neither layer imports the other's list: they must stay the same set."""
