@@ -29,6 +29,7 @@ SLOT_CACHE(values);
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_empty;
 static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
+static PyObject *f_zero;  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
@@ -226,6 +227,28 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
     return 1;
 }
 
+/* The summarizer's entry of a statistics row: a tuple of seven floats, each 0.0 the shared one (a kernel's row
+   counts no NaN or inf), so a summary makes the floats it needs and no more. */
+static PyObject *stats_tuple(const double s[7])
+{
+    PyObject *row = PyTuple_New(7);
+    if (row == NULL)
+        return NULL;
+    for (int j = 0; j < 7; j++) {
+        PyObject *x = f_zero;
+        if (s[j] != 0.0 || signbit(s[j]))
+            x = PyFloat_FromDouble(s[j]);
+        else
+            Py_INCREF(x);
+        if (x == NULL) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(row, j, x);
+    }
+    return row;
+}
+
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
    kernel's case is done here, exactly as the summarizer's own first branch and _fused_stats do it (a
    statistics-only summarizer; a not negated float32 CPU strided tensor with elements, all finite, read along
@@ -274,7 +297,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
             return NULL;
         }
     }
-    PyObject *row = Py_BuildValue("(ddddddd)", stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6]);
+    PyObject *row = stats_tuple(stats);
     PyObject *values = row == NULL ? NULL : SLOT_GET(summ, values);
     PyObject *tensors = values == NULL || !copying ? NULL : SLOT_GET(summ, tensors);
     Py_ssize_t idx = -1;
@@ -928,13 +951,14 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_next_id = PyUnicode_InternFromString("_next_tensor_id");
     s_tensors = PyUnicode_InternFromString("tensors");
     k_one = PyLong_FromLong(1);
+    f_zero = PyFloat_FromDouble(0.0);
     k_tensor = PyLong_FromLong(KIND_TENSOR);
     k_none = PyLong_FromLong(KIND_NONE);
     k_value = PyLong_FromLong(KIND_VALUE);
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
     if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_empty
-        || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
+        || !k_tensor || !k_none || !k_value || !k_zero || !f_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
         || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
         return NULL;
     PyObject *m = PyModule_Create(&module);
