@@ -673,3 +673,32 @@ def test_a_call_using_a_parameter_it_was_not_given_walks_the_same(tmp_path, monk
     mine = calls[calls.op == "_scaled"]
     assert set(mine.direction) == {"forward", "backward"}
     assert (mine[mine.direction == "backward"].io == "output").any()  # the gradient of its input x
+
+
+def test_lookups_by_a_c_string_find_what_getattr_finds():
+    """torch finds a mode's ``__torch_function__`` by a C string (``PyObject_GetAttrString``) on every call it
+    dispatches; ApiMode answers those through one interned name (``string_lookups``). Every lookup finds what
+    ``getattr`` finds: the bound handler, an instance attribute, a subclass's own handler, and an
+    AttributeError for a name that is not there."""
+    import ctypes
+
+    get = ctypes.pythonapi.PyObject_GetAttrString
+    get.restype, get.argtypes = ctypes.py_object, [ctypes.py_object, ctypes.c_char_p]
+    assert api_mode._api_handler.string_lookups(api_mode.ApiMode) is True  # given at import; asking again is a no-op
+    mode = api_mode.ApiMode.__new__(api_mode.ApiMode)
+    mode.extra = 5
+    assert get(mode, b"__torch_function__") == mode.__torch_function__
+    assert get(mode, b"__torch_function__").__func__ is api_mode.ApiMode.__torch_function__
+    assert get(mode, b"extra") == 5 and get(mode, b"__class__") is api_mode.ApiMode
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        get(mode, b"missing")
+
+    class Sub(api_mode.ApiMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return "sub"
+    sub = Sub.__new__(Sub)
+    assert get(sub, b"__torch_function__").__func__ is Sub.__torch_function__
+    mode.__torch_function__ = "an instance's own"  # the instance dict wins over the class, as getattr has it
+    assert get(mode, b"__torch_function__") == "an instance's own"
+    with pytest.raises(TypeError, match="defined in Python"):
+        api_mode._api_handler.string_lookups(int)

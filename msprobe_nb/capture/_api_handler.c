@@ -783,9 +783,51 @@ static PyTypeObject HandlerType = {
     .tp_methods = Handler_methods,
 };
 
+/* The mode's attributes looked up by a C string (char *): torch finds a mode's __torch_function__ so on every
+   call it dispatches to the mode, its own unrecorded calls and attribute reads included. A Python class has no
+   tp_getattr, so each lookup made a new str from the C string, and with a new str neither the type's method
+   cache nor the instance dict's key comparison can use identity: the full lookup ran every time. Here the
+   name "__torch_function__" is one interned str; any other name goes the default way (a new str and
+   PyObject_GetAttr), so a lookup finds exactly what it found before. */
+static PyObject *s_torch_function_name;
+
+static PyObject *mode_getattr(PyObject *self, char *name)
+{
+    PyObject *key;
+    if (strcmp(name, "__torch_function__") == 0)
+        key = Py_NewRef(s_torch_function_name);
+    else if ((key = PyUnicode_FromString(name)) == NULL)
+        return NULL;
+    PyObject *res = PyObject_GetAttr(self, key);
+    Py_DECREF(key);
+    return res;
+}
+
+/* string_lookups(cls): give the heap type cls (the mode's class) the lookup above as its tp_getattr; True when it
+   has it, False when cls already has a tp_getattr of its own (left as it is). */
+static PyObject *string_lookups(PyObject *self, PyObject *cls)
+{
+    (void)self;
+    if (!PyType_Check(cls) || !PyType_HasFeature((PyTypeObject *)cls, Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "string_lookups() needs a class defined in Python");
+        return NULL;
+    }
+    PyTypeObject *t = (PyTypeObject *)cls;
+    if (t->tp_getattr != NULL && t->tp_getattr != mode_getattr)
+        Py_RETURN_FALSE;
+    t->tp_getattr = mode_getattr;
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"string_lookups", string_lookups, METH_O,
+     "string_lookups(cls): lookups of cls's instances' attributes by a C string find __torch_function__ through one "
+     "interned str."},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_handler",
-                                    "The L1 mode's handler of a recorded API call, in C.", -1, NULL, NULL, NULL, NULL,
-                                    NULL};
+                                    "The L1 mode's handler of a recorded API call, in C.", -1, module_methods, NULL,
+                                    NULL, NULL, NULL};
 
 #define INTERN API_INTERN
 
@@ -798,7 +840,7 @@ PyMODINIT_FUNC PyInit__api_handler(void)
         || INTERN(s_requires_grad, "requires_grad") || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr")
         || INTERN(s_version, "_version") || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute")
         || INTERN(s_tensor_family, "Tensor") || INTERN(s_distributed, "Distributed") || INTERN(s_input, "input")
-        || INTERN(s_output, "output"))
+        || INTERN(s_output, "output") || INTERN(s_torch_function_name, "__torch_function__"))
         return NULL;
     if (PyType_Ready(&HandlerType) < 0)
         return NULL;

@@ -11,3 +11,7 @@ class Handler:
     def __init__(self, ctx: tuple[Any, ...]) -> None: ...
     def handle(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         """The call's result, recorded as ``ApiMode.__torch_function__`` records it."""
+
+def string_lookups(cls: type) -> bool:
+    """Give ``cls`` (a class defined in Python) a ``tp_getattr`` that finds ``__torch_function__`` through one interned
+    name; False where ``cls`` has a ``tp_getattr`` of its own already."""

@@ -228,3 +228,9 @@ class ApiMode(TorchFunctionMode):
             rec.busy -= 1
             lock.release()
         return out
+
+
+# torch finds a mode's __torch_function__ by a C string on every call it hands the mode: the C extension gives
+# ApiMode's instances that lookup through one interned name (capture/_api_handler.c, string_lookups)
+if _api_handler is not None and hasattr(_api_handler, "string_lookups"):
+    _api_handler.string_lookups(ApiMode)
