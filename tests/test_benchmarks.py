@@ -157,3 +157,19 @@ def test_fast_paths_benchmark_times_every_arm_and_switches_the_c_paths_back(tmp_
             grad_hooks._api_backward) == before
     lines = fast.report({("gpt2", "L1"): tensor})
     assert "no C copies" in lines[0] and "without the C host copies" in lines[-1]
+
+
+# ---------------------------------------------------------------- count_instructions.py
+counting = pytest.importorskip("count_instructions")
+
+
+def test_instruction_counts_say_so_where_valgrind_is_missing(capsys, monkeypatch):
+    monkeypatch.setattr(counting.shutil, "which", lambda name: None)
+    assert counting.main(["--models", "vit"]) == 0
+    assert "valgrind (callgrind) is not installed: nothing counted" in capsys.readouterr().out
+
+
+def test_the_counted_child_is_valid_python_that_steps_from_one_line():
+    code = counting._CHILD.format(bench="/b", name="vit", steps=5, level="L1", flag="/t/f", tmp="/t")
+    compile(code, "child", "exec")
+    assert code.count("w.train_step(") == 1 and "range(3 + steps)" in code  # warm-up and counted steps share it

@@ -1,0 +1,124 @@
+"""Instructions a recorded training step executes, counted by valgrind's callgrind: a measure that repeats.
+
+On this 2-core machine the CPU time of one process moves by up to 0.45x between runs, so a change worth a few
+per cent of a step cannot be told from noise by timing it. The count of instructions a step executes repeats to
+about 0.02 %: each real model is built, three steps run uncounted (the first records the stacks and opens the
+file), then counting is switched on (``callgrind_control -i on``) for ``--steps`` steps and off again.
+Instructions are not time (a cache miss costs no instruction, a checksum loop costs many that run fast), so a
+change is judged by both: this count first, then ``bench_real_models.py``. Every step runs from the same line
+of the child, so the measured steps have the stacks of the warm-up ones.
+
+Run from the repository root (needs valgrind and the ``bench`` extra)::
+
+    python benchmarks/count_instructions.py --models vit,gpt2 --levels none,L1
+    python benchmarks/count_instructions.py --models vit --levels none,L1 --trees base=/tmp/base,new=.
+
+It prints millions of instructions per step, and each level's count over the plain step's (``none``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+_CHILD = """
+import os, sys, tempfile, time, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, {bench!r})
+import torch
+torch.set_num_threads(1)
+from recording.real_models import build
+name, steps, level, flag = {name!r}, {steps}, {level!r}, {flag!r}
+w = build(name)
+dbg = None
+if level != "none":
+    import msprobe_nb
+    dbg = msprobe_nb.Debugger(dump_path=tempfile.mkdtemp(dir={tmp!r}), level=level, task="statistics")
+for i in range(3 + steps):
+    if i == 3:  # counting goes on here: one call site for every step, so the measured steps' stacks are known
+        open(flag + ".ready", "w").close()
+        while not os.path.exists(flag + ".go"):
+            time.sleep(0.05)
+    batch = w.make_batch()
+    if dbg is not None:
+        dbg.start(w.model)
+    w.train_step(w.model, w.optimizer, *batch)
+    if dbg is not None:
+        dbg.stop()
+        dbg.step()
+open(flag + ".done", "w").close()
+while not os.path.exists(flag + ".end"):
+    time.sleep(0.05)
+if dbg is not None:
+    dbg.close()
+"""
+
+
+def _wait(path: str, proc: subprocess.Popen, what: str) -> None:
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the child exited ({proc.returncode}) before {what}")
+        time.sleep(0.2)
+
+
+def count(name: str, level: str, steps: int, tree: Path, tmp: str) -> float:
+    """Instructions per step of ``steps`` steps of model ``name`` at ``level`` (``none``: without the kit)."""
+    flag = os.path.join(tmp, f"{name}-{level}-{os.getpid()}")
+    out = flag + ".callgrind"
+    code = _CHILD.format(bench=str(HERE), name=name, steps=steps, level=level, flag=flag, tmp=tmp)
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                             sys.executable, "-c", code], env=env, cwd=tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(flag + ".ready", proc, "its warm-up ended")
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        open(flag + ".go", "w").close()
+        _wait(flag + ".done", proc, "its steps ended")
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        open(flag + ".end", "w").close()
+        _, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    got = re.search(r"Collected : (\d+)", err)
+    if proc.returncode != 0 or got is None:
+        raise RuntimeError(f"callgrind gave no count for {name} {level} (exit {proc.returncode}):\n{err[-2000:]}")
+    return int(got.group(1)) / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="vit", help="comma list of bench_real_models' models (default: vit)")
+    ap.add_argument("--levels", default="none,L1", help="comma list of none, L0, L1, mix (default: none,L1)")
+    ap.add_argument("--steps", type=int, default=5, help="counted steps (default 5)")
+    ap.add_argument("--trees", default="", help="name=path,... of msprobe_nb trees to compare (default: this one)")
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind (callgrind) is not installed: nothing counted")
+        return 0
+    trees = [(k, Path(v).resolve()) for k, v in (t.split("=", 1) for t in args.trees.split(",") if t)] \
+        or [("this tree", HERE.parent)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            plain = None
+            for level in args.levels.split(","):
+                for label, tree in trees if level != "none" else trees[:1]:
+                    n = count(name, level, args.steps, tree, tmp)
+                    plain = n if level == "none" else plain
+                    ratio = f"  {n / plain:.3f}x of none" if plain and level != "none" else ""
+                    who = f" ({label})" if level != "none" and len(trees) > 1 else ""
+                    print(f"{name} {level}{who}: {n / 1e6:.2f}M instructions a step{ratio}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
