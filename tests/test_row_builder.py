@@ -553,3 +553,36 @@ def test_the_statistics_pack_into_the_array_numpy_makes():
         assert pack(odd, np.empty((2, 7))) is False  # the summarizer then converts the list itself
     with pytest.raises(ValueError, match="7 doubles per entry"):
         pack(values, np.empty((3, 7)))
+
+
+def test_a_tensor_attribute_patched_between_calls_is_read_anew(monkeypatch):
+    """The C rows read a tensor's dtype, shape, requires_grad and _version through the getters they cached for
+    its type; a class patched since (a property put over requires_grad on nn.Parameter) gives the type a new
+    version tag, and the next row reads the property, as the Python rows do. A plain tensor and a parameter
+    taking turns use both entries of the cache."""
+    p = nn.Parameter(torch.ones(3))
+    t = torch.zeros(2)
+
+    def script():
+        for _ in range(3):
+            yield "input", (p, t, p), {}
+        monkeypatch.setattr(nn.Parameter, "requires_grad", property(lambda self: False), raising=False)
+        with torch.no_grad():
+            p.add_(0)  # read again, not as seen unchanged
+        yield "input", (t, p), {}
+        monkeypatch.undo()
+        with torch.no_grad():
+            p.add_(0)
+        yield "input", (p, t), {}
+
+    recs = []
+    for c in (True, False):
+        rec = _recorder(c=c)
+        _feed(rec, script)
+        recs.append(rec)
+    rows_c, rows_py = _state(recs[0])[0], _state(recs[1])[0]
+    assert len(rows_c) == len(rows_py) == 13
+    for r1, r2 in zip(rows_c, rows_py):
+        assert _same(r1, r2), (r1, r2)
+    grad = recorder_mod._F["requires_grad"]
+    assert [r[grad] for r in rows_c[-4:]] == [0.0, 0.0, 1.0, 0.0]  # the patched property, then the getter again

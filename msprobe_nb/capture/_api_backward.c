@@ -39,6 +39,10 @@ static PyObject *s_active, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_fun
 static PyObject *s_family, *s_op, *s_counter, *s_module_path, *s_stack_id, *s_construct, *s_backward, *s_input;
 static PyObject *s_output, *s_detach, *s_clone, *s_zero_path, *s_where, *s_call;
 static PyObject *s_parent, *s_dot_forward;
+/* tensor attributes read through their getters (_slot_attrs.h) */
+GETSET_CACHE(grad_fn);
+GETSET_CACHE(output_nr);
+
 
 /* ------------------------------------------------------------------ the backward of one call */
 typedef struct {
@@ -399,14 +403,14 @@ static int graph_outputs(PyObject *ctx, PyObject *out, PyObject *seq0, PyObject 
             failed = is < 0;
             continue;
         }
-        PyObject *fn = PyObject_GetAttr(t, s_grad_fn);
+        PyObject *fn = GETSET_GET(t, grad_fn);
         if (fn == NULL) {
             failed = 1;
             break;
         }
         int mine = fn != Py_None ? made_by_call(fn, seq0) : 0;
         if (mine > 0) {
-            PyObject *nr = PyObject_GetAttr(t, s_output_nr);
+            PyObject *nr = GETSET_GET(t, output_nr);
             PyObject *pairs = nr != NULL ? entry_of(outputs, fn) : NULL;
             failed = pairs == NULL || append_pair(pairs, PyTuple_GET_ITEM(pair, 0), nr) < 0;
             Py_XDECREF(nr);

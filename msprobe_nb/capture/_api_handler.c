@@ -48,6 +48,12 @@ static PyObject *s_active, *s_replaying, *s_record, *s_randomness, *s_pending, *
 static PyObject *s_before;
 static PyObject *s_module_stack, *s_call, *s_select_all, *s_construct, *s_requires_grad, *s_grad_fn, *s_output_nr;
 static PyObject *s_version, *s_forward, *s_recompute, *s_tensor_family, *s_distributed, *s_input, *s_output;
+/* tensor attributes read through their getters (_slot_attrs.h) */
+GETSET_CACHE(requires_grad);
+GETSET_CACHE(grad_fn);
+GETSET_CACHE(output_nr);
+GETSET_CACHE(version);
+
 
 typedef struct {
     PyObject_HEAD
@@ -309,14 +315,14 @@ static int grad_input(PyObject **out, PyObject *path, PyObject *t, PyObject *ten
     int is = PyObject_IsInstance(t, tensor);
     if (is <= 0)
         return is;
-    int req = truth(PyObject_GetAttr(t, s_requires_grad));
+    int req = truth(GETSET_GET(t, requires_grad));
     if (req <= 0)
         return req;
-    PyObject *fn = PyObject_GetAttr(t, s_grad_fn), *key;
+    PyObject *fn = GETSET_GET(t, grad_fn), *key;
     if (fn == NULL)
         return -1;
     if (fn != Py_None) {
-        PyObject *nr = PyObject_GetAttr(t, s_output_nr), *id = PyLong_FromVoidPtr(fn);
+        PyObject *nr = GETSET_GET(t, output_nr), *id = PyLong_FromVoidPtr(fn);
         key = nr != NULL && id != NULL ? PyTuple_Pack(4, id, nr, fn, t) : NULL;
         Py_XDECREF(nr);
         Py_XDECREF(id);
@@ -451,7 +457,7 @@ static int may_have_backward(Handler *h, PyObject *out)
     int is = PyObject_IsInstance(out, CTX(h, C_TENSOR));
     if (is <= 0)
         return is;
-    PyObject *fn = PyObject_GetAttr(out, s_grad_fn);
+    PyObject *fn = GETSET_GET(out, grad_fn);
     if (fn == NULL)
         return -1;
     Py_DECREF(fn);
@@ -543,7 +549,7 @@ static PyObject *record(Handler *h, PyObject *func, PyObject *resolved, PyFrameO
             goto inputs_failed;
         if (is) {
             first = Py_NewRef(PyTuple_GET_ITEM(args, 0));
-            if ((version = PyObject_GetAttr(first, s_version)) == NULL)
+            if ((version = GETSET_GET(first, version)) == NULL)
                 goto inputs_failed;
         }
     }
@@ -591,7 +597,7 @@ run:
             goto outputs_failed;
     }
     if (first != NULL && out != first) {
-        PyObject *now = PyObject_GetAttr(first, s_version);
+        PyObject *now = GETSET_GET(first, version);
         int changed = now != NULL ? PyObject_RichCompareBool(now, version, Py_NE) : -1;
         Py_XDECREF(now);
         PyObject *r = changed > 0 ? call2(CTX(h, C_MARK_WRITTEN), first, name) : NULL;

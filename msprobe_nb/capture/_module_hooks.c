@@ -54,6 +54,10 @@ static PyObject *s_stack_id, *s_index, *s_module_path, *s_parameters_attr, *s_na
 static PyObject *s_module, *s_forward, *s_recompute, *s_input, *s_output, *s_parameters, *s_eval_frame;
 static PyObject *s_grad_counters, *s_grad, *s_parameters_grad, *s_register_post_accumulate;
 static PyObject *s_optimized_module, *s_requires_grad, *s_op, *s_counter, *s_parent, *s_backward, *s_where;
+/* tensor attributes read through their getters (_slot_attrs.h) */
+GETSET_CACHE(requires_grad);
+GETSET_CACHE(grad);
+
 
 typedef struct {
     PyObject_HEAD
@@ -497,7 +501,7 @@ static PyObject *grad_leaves(Hooks *h, PyObject *value)
         PyObject *t = PyTuple_GET_ITEM(pair, 1);
         int keep = PyObject_IsInstance(t, CTX(h, C_TENSOR));
         if (keep > 0)
-            keep = truth(PyObject_GetAttr(t, s_requires_grad));
+            keep = truth(GETSET_GET(t, requires_grad));
         if (keep < 0 || (keep && PyList_Append(out, pair) < 0)) {
             Py_CLEAR(out);
             break;
@@ -702,7 +706,7 @@ static PyObject *ParamHook_call(ParamHook *ph, PyObject *args, PyObject *kw)
     int on = truth(SLOT_GET(CTX(h, C_RECORDER), active));
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *grad = PyObject_GetAttr(PyTuple_GET_ITEM(args, 0), s_grad);
+    PyObject *grad = GETSET_GET(PyTuple_GET_ITEM(args, 0), grad);
     if (grad == NULL || grad == Py_None) {
         if (grad == NULL)
             return NULL;
@@ -783,7 +787,7 @@ static int watch_parameters(Hooks *h, PyObject *module, PyObject *path)
             continue;
         PyObject *key = PyLong_FromVoidPtr(p);
         int has = key != NULL ? PyDict_Contains(hooks, key) : -1;
-        int rg = has == 0 ? truth(PyObject_GetAttr(p, s_requires_grad)) : 0;
+        int rg = has == 0 ? truth(GETSET_GET(p, requires_grad)) : 0;
         if (has < 0 || rg < 0) {
             Py_XDECREF(key);
             failed = 1;

@@ -29,7 +29,14 @@ SLOT_CACHE(values);
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_empty;
 static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
-static PyObject *f_zero;  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
+static PyObject *f_zero;
+/* the tensor attributes read through their getters (_slot_attrs.h) */
+GETSET_CACHE(layout);
+GETSET_CACHE(version);
+GETSET_CACHE(dtype);
+GETSET_CACHE(is_cpu);
+GETSET_CACHE(shape);
+GETSET_CACHE(requires_grad);  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
@@ -133,7 +140,7 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
         if (n > most)
             return 0;
     }
-    PyObject *v = PyObject_GetAttr(leaf, s_layout);
+    PyObject *v = GETSET_GET(leaf, layout);
     if (v == NULL)
         return -1;
     int strided = v == PyTuple_GET_ITEM(ctx, C_STRIDED);
@@ -354,7 +361,7 @@ static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen,
         goto done;
     }
     int alive = e != NULL && weak_target(PyList_GET_ITEM(e, 0)) == leaf;
-    version = PyObject_GetAttr(leaf, s_version);
+    version = GETSET_GET(leaf, version);
     if (version == NULL)
         goto done;
     if (!alive) {  /* a new object (or a dead one's id reused): a new tensor_id and a summary */
@@ -449,13 +456,13 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
 {
     PyObject *row = NULL, *ident = NULL, *dtype = NULL, *code = NULL, *size = NULL, *shape = NULL;
     PyObject *numel = NULL, *device = NULL, *is_cpu = NULL, *grad = NULL;
-    dtype = PyObject_GetAttr(leaf, s_dtype);
+    dtype = GETSET_GET(leaf, dtype);
     if (dtype == NULL)
         goto done;
-    is_cpu = PyObject_GetAttr(leaf, s_is_cpu);
+    is_cpu = GETSET_GET(leaf, is_cpu);
     if (is_cpu == NULL)
         goto done;
-    size = PyObject_GetAttr(leaf, s_shape);
+    size = GETSET_GET(leaf, shape);
     if (size == NULL)
         goto done;
     /* a torch.Size is a tuple: its items copied at once, not through its iterator */
@@ -497,7 +504,7 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
         if (device == NULL)
             goto done;
     }
-    grad = PyObject_GetAttr(leaf, s_requires_grad);
+    grad = GETSET_GET(leaf, requires_grad);
     if (grad == NULL)
         goto done;
     row = PyTuple_Pack(ROW_ARITY, k, name, io, path, is_kwarg, k_tensor, code, shape, numel, device, grad,

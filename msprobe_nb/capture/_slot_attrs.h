@@ -73,4 +73,57 @@ static inline int slot_set(PyObject *obj, PyObject *name, PyObject *value, SlotC
     return 0;
 }
 
+/* Reads of a C type's computed attributes (getset descriptors: a tensor's dtype, shape, _version...) by calling
+ * the descriptor's getter straight away: what PyObject_GetAttr ends in for them (a data descriptor wins over
+ * the instance dict), without the generic lookup and the descriptor call on every read. The getter of (type,
+ * name) is cached with the type's version tag, as the slots above are; a type whose attribute lookup is not
+ * the generic one, a name that is no getset of the object's type, or a type without a valid tag takes
+ * PyObject_GetAttr itself. */
+typedef struct {
+    PyTypeObject *type; /* borrowed, as in SlotCache */
+    unsigned int tag;
+    getter get;         /* NULL: the generic path */
+    void *closure;
+} GetsetEntry;
+
+/* Two types per name (a plain tensor and a parameter take turns in a step); the older one makes room. */
+typedef struct {
+    GetsetEntry e[2];
+    int next;
+} GetsetCache;
+
+#define GETSET_CACHE(name) static GetsetCache gc_##name
+#define GETSET_GET(obj, name) getset_read((obj), s_##name, &gc_##name)
+
+/* obj.<name> for a getset attribute: a new reference, NULL with an exception set on error. */
+static inline PyObject *getset_read(PyObject *obj, PyObject *name, GetsetCache *c)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    GetsetEntry *e = NULL;
+    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        for (int i = 0; i < 2; i++)
+            if (c->e[i].type == tp && c->e[i].tag == tp->tp_version_tag)
+                e = &c->e[i];
+    }
+    if (e == NULL) {
+        PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives the type a version tag where it can */
+        if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+            return PyObject_GetAttr(obj, name);
+        e = &c->e[c->next];
+        c->next = 1 - c->next;
+        e->type = tp;
+        e->tag = tp->tp_version_tag;
+        e->get = NULL;
+        if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && tp->tp_getattro == PyObject_GenericGetAttr
+            && PyType_IsSubtype(tp, PyDescr_TYPE(d))) {
+            PyGetSetDef *g = ((PyGetSetDescrObject *)d)->d_getset;
+            e->get = g->get;
+            e->closure = g->closure;
+        }
+    }
+    if (e->get != NULL)
+        return e->get(obj, e->closure);
+    return PyObject_GetAttr(obj, name);
+}
+
 #endif
