@@ -586,3 +586,28 @@ def test_a_tensor_attribute_patched_between_calls_is_read_anew(monkeypatch):
         assert _same(r1, r2), (r1, r2)
     grad = recorder_mod._F["requires_grad"]
     assert [r[grad] for r in rows_c[-4:]] == [0.0, 0.0, 1.0, 0.0]  # the patched property, then the getter again
+
+
+def test_a_method_an_instance_attribute_shadows_is_called_as_python_calls_it():
+    """Before the kernel reads a tensor, the C rows call its is_contiguous(), is_neg() and data_ptr() through
+    the methods' C functions; an instance attribute of that name is what ``t.data_ptr()`` calls in Python, and
+    so in C. Here it points at another tensor's zeros: both ways summarise the zeros."""
+    zeros = torch.zeros(64)
+    shadowed = torch.randn(64, generator=torch.Generator().manual_seed(3)) + 5.0
+    shadowed.data_ptr = zeros.data_ptr  # type: ignore[method-assign]
+    plain = torch.randn(64, generator=torch.Generator().manual_seed(4))
+
+    def script():
+        yield "input", (plain, shadowed), {}
+
+    recs = []
+    for c in (True, False):
+        rec = _recorder(c=c)
+        _feed(rec, script)
+        recs.append(rec)
+    assert all(_same(r1, r2) for r1, r2 in zip(_state(recs[0])[0], _state(recs[1])[0]))
+    stats_c, _ = recs[0].summarizer.materialize()
+    stats_py, _ = recs[1].summarizer.materialize()
+    assert (stats_c == stats_py).all()
+    assert stats_c[1, :4].tolist() == [0.0, 0.0, 0.0, 0.0]  # the zeros the instance attribute points at
+    assert stats_c[0, 0] == plain.max().item()

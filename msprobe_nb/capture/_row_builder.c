@@ -36,7 +36,11 @@ GETSET_CACHE(version);
 GETSET_CACHE(dtype);
 GETSET_CACHE(is_cpu);
 GETSET_CACHE(shape);
-GETSET_CACHE(requires_grad);  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
+GETSET_CACHE(requires_grad);
+/* and the methods called before the kernel reads a tensor */
+METHOD_CACHE(is_contiguous);
+METHOD_CACHE(is_neg);
+METHOD_CACHE(data_ptr);  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true
@@ -147,15 +151,15 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
     Py_DECREF(v);
     if (!strided)
         return 0;
-    int contiguous = truth(PyObject_CallMethodNoArgs(leaf, s_is_contiguous));
+    int contiguous = truth(METHOD_CALL0(leaf, is_contiguous));
     if (contiguous < 0)
         return -1;
     if (!contiguous && (kind != READ_F32 || copying))  /* only float32 views are read along their strides */
         return 0;
-    int neg = truth(PyObject_CallMethodNoArgs(leaf, s_is_neg));
+    int neg = truth(METHOD_CALL0(leaf, is_neg));
     if (neg != 0)
         return neg < 0 ? -1 : 0;
-    v = PyObject_CallMethodNoArgs(leaf, s_data_ptr);
+    v = METHOD_CALL0(leaf, data_ptr);
     if (v == NULL)
         return -1;
     *address = PyLong_AsSsize_t(v);

@@ -126,4 +126,69 @@ static inline PyObject *getset_read(PyObject *obj, PyObject *name, GetsetCache *
     return PyObject_GetAttr(obj, name);
 }
 
+/* Calls of a C type's method without arguments (a tensor's is_contiguous(), is_neg(), data_ptr()) through the
+ * method's C function: what obj.name() ends in, without looking the method up and making the call's vector on
+ * every call. Cached like the getters above; a method with other calling conventions, a name that is no C
+ * method of the object's type, a type whose lookup is not the generic one, or an instance attribute of that
+ * name (which obj.name() would call instead) takes PyObject_CallMethodNoArgs itself. */
+typedef struct {
+    PyTypeObject *type; /* borrowed, as in SlotCache */
+    unsigned int tag;
+    PyCFunction meth;   /* NULL: the generic path */
+    int flags;          /* METH_NOARGS or METH_VARARGS | METH_KEYWORDS */
+} MethodEntry;
+
+typedef struct {
+    MethodEntry e[2];
+    int next;
+} MethodCache;
+
+#define METHOD_CACHE(name) static MethodCache mc_##name
+#define METHOD_CALL0(obj, name) method_call0((obj), s_##name, &mc_##name)
+
+/* obj.<name>(): a new reference, NULL with an exception set on error. */
+static inline PyObject *method_call0(PyObject *obj, PyObject *name, MethodCache *c)
+{
+    static PyObject *no_args; /* () for METH_VARARGS, made once */
+    PyTypeObject *tp = Py_TYPE(obj);
+    MethodEntry *e = NULL;
+    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        for (int i = 0; i < 2; i++)
+            if (c->e[i].type == tp && c->e[i].tag == tp->tp_version_tag)
+                e = &c->e[i];
+    }
+    if (e == NULL) {
+        PyObject *d = _PyType_Lookup(tp, name); /* borrowed */
+        if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+            return PyObject_CallMethodNoArgs(obj, name);
+        e = &c->e[c->next];
+        c->next = 1 - c->next;
+        e->type = tp;
+        e->tag = tp->tp_version_tag;
+        e->meth = NULL;
+        if (d != NULL && Py_IS_TYPE(d, &PyMethodDescr_Type) && tp->tp_getattro == PyObject_GenericGetAttr
+            && PyType_IsSubtype(tp, PyDescr_TYPE(d))) {
+            PyMethodDef *m = ((PyMethodDescrObject *)d)->d_method;
+            int f = m->ml_flags & ~METH_COEXIST;
+            if (f == METH_NOARGS || f == (METH_VARARGS | METH_KEYWORDS)) {
+                e->meth = m->ml_meth;
+                e->flags = f;
+            }
+        }
+    }
+    if (e->meth == NULL)
+        return PyObject_CallMethodNoArgs(obj, name);
+    PyObject **dict = _PyObject_GetDictPtr(obj);
+    if (dict != NULL && *dict != NULL) {
+        int shadowed = PyDict_Contains(*dict, name);
+        if (shadowed != 0)
+            return shadowed < 0 ? NULL : PyObject_CallMethodNoArgs(obj, name);
+    }
+    if (e->flags == METH_NOARGS)
+        return e->meth(obj, NULL);
+    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
+        return NULL;
+    return ((PyCFunctionWithKeywords)(void (*)(void))e->meth)(obj, no_args, NULL);
+}
+
 #endif
