@@ -43,7 +43,6 @@ static PyObject *s_parent, *s_dot_forward;
 GETSET_CACHE(grad_fn);
 GETSET_CACHE(output_nr);
 
-
 /* ------------------------------------------------------------------ the backward of one call */
 typedef struct {
     PyObject_HEAD

@@ -54,7 +54,6 @@ GETSET_CACHE(grad_fn);
 GETSET_CACHE(output_nr);
 GETSET_CACHE(version);
 
-
 typedef struct {
     PyObject_HEAD
     PyObject *ctx;   /* tuple of C_SIZE objects, in CONTEXT order */

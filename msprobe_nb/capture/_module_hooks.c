@@ -58,7 +58,6 @@ static PyObject *s_optimized_module, *s_requires_grad, *s_op, *s_counter, *s_par
 GETSET_CACHE(requires_grad);
 GETSET_CACHE(grad);
 
-
 typedef struct {
     PyObject_HEAD
     PyObject *ctx;       /* tuple of C_SIZE objects, in CONTEXT order */

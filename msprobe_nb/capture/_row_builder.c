@@ -29,7 +29,7 @@ SLOT_CACHE(values);
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_empty;
 static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
-static PyObject *f_zero;
+static PyObject *f_zero;  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
 /* the tensor attributes read through their getters (_slot_attrs.h) */
 GETSET_CACHE(layout);
 GETSET_CACHE(version);
@@ -40,7 +40,7 @@ GETSET_CACHE(requires_grad);
 /* and the methods called before the kernel reads a tensor */
 METHOD_CACHE(is_contiguous);
 METHOD_CACHE(is_neg);
-METHOD_CACHE(data_ptr);  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
+METHOD_CACHE(data_ptr);
 
 /* ctx, made once per recorder (Recorder._row_ctx): the Python parts build_rows calls, the objects it
    compares with, and the constants of its rows. C_SUMMARIZE is the summarizer's summarize; C_KERNEL is true

@@ -75,108 +75,90 @@ static inline int slot_set(PyObject *obj, PyObject *name, PyObject *value, SlotC
 
 /* Reads of a C type's computed attributes (getset descriptors: a tensor's dtype, shape, _version...) by calling
  * the descriptor's getter straight away: what PyObject_GetAttr ends in for them (a data descriptor wins over
- * the instance dict), without the generic lookup and the descriptor call on every read. The getter of (type,
- * name) is cached with the type's version tag, as the slots above are; a type whose attribute lookup is not
- * the generic one, a name that is no getset of the object's type, or a type without a valid tag takes
- * PyObject_GetAttr itself. */
+ * the instance dict), without the generic lookup and the descriptor call on every read. And calls of a C
+ * type's method without arguments (a tensor's is_contiguous(), is_neg(), data_ptr()) through the method's C
+ * function: what obj.name() ends in, without looking the method up and making the call's vector on every call.
+ *
+ * The descriptor's function for (type, name) is cached with the type's version tag, as the slots above are, for
+ * two types per name (a plain tensor and a parameter take turns in a step; the older entry makes room). A type
+ * whose attribute lookup is not the generic one, a name that is no such descriptor of the object's type (a
+ * property a subclass put over it), a type without a valid tag, a method with other calling conventions, or an
+ * instance attribute of a method's name (which obj.name() would call instead) takes PyObject_GetAttr or
+ * PyObject_CallMethodNoArgs itself. */
 typedef struct {
     PyTypeObject *type; /* borrowed, as in SlotCache */
     unsigned int tag;
-    getter get;         /* NULL: the generic path */
-    void *closure;
-} GetsetEntry;
+    void (*fn)(void);   /* the getter or the method's C function; NULL: the generic path */
+    void *closure;      /* a getter's closure */
+    int flags;          /* a method's: METH_NOARGS or METH_VARARGS | METH_KEYWORDS */
+} DescrEntry;
 
-/* Two types per name (a plain tensor and a parameter take turns in a step); the older one makes room. */
 typedef struct {
-    GetsetEntry e[2];
+    DescrEntry e[2];
     int next;
-} GetsetCache;
+} DescrCache;
 
-#define GETSET_CACHE(name) static GetsetCache gc_##name
+#define GETSET_CACHE(name) static DescrCache gc_##name
 #define GETSET_GET(obj, name) getset_read((obj), s_##name, &gc_##name)
+#define METHOD_CACHE(name) static DescrCache mc_##name
+#define METHOD_CALL0(obj, name) method_call0((obj), s_##name, &mc_##name)
 
-/* obj.<name> for a getset attribute: a new reference, NULL with an exception set on error. */
-static inline PyObject *getset_read(PyObject *obj, PyObject *name, GetsetCache *c)
+/* The entry of (tp, name): the one filled before, or a fresh one with no function (*found: the descriptor of
+   type kind the type's MRO gives for name, with which the caller fills it, or NULL); NULL where tp has no valid
+   version tag (the generic path). */
+static inline DescrEntry *descr_entry(PyTypeObject *tp, PyObject *name, DescrCache *c, PyTypeObject *kind,
+                                      PyObject **found)
 {
-    PyTypeObject *tp = Py_TYPE(obj);
-    GetsetEntry *e = NULL;
+    *found = NULL;
     if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
         for (int i = 0; i < 2; i++)
             if (c->e[i].type == tp && c->e[i].tag == tp->tp_version_tag)
-                e = &c->e[i];
+                return &c->e[i];
     }
-    if (e == NULL) {
-        PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives the type a version tag where it can */
-        if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
-            return PyObject_GetAttr(obj, name);
-        e = &c->e[c->next];
-        c->next = 1 - c->next;
-        e->type = tp;
-        e->tag = tp->tp_version_tag;
-        e->get = NULL;
-        if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && tp->tp_getattro == PyObject_GenericGetAttr
-            && PyType_IsSubtype(tp, PyDescr_TYPE(d))) {
-            PyGetSetDef *g = ((PyGetSetDescrObject *)d)->d_getset;
-            e->get = g->get;
-            e->closure = g->closure;
-        }
+    PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives the type a version tag where it can */
+    if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+        return NULL;
+    DescrEntry *e = &c->e[c->next];
+    c->next = 1 - c->next;
+    e->type = tp;
+    e->tag = tp->tp_version_tag;
+    e->fn = NULL;
+    if (d != NULL && Py_IS_TYPE(d, kind) && tp->tp_getattro == PyObject_GenericGetAttr
+        && PyType_IsSubtype(tp, PyDescr_TYPE(d)))
+        *found = d;
+    return e;
+}
+
+/* obj.<name> for a getset attribute: a new reference, NULL with an exception set on error. */
+static inline PyObject *getset_read(PyObject *obj, PyObject *name, DescrCache *c)
+{
+    PyObject *d;
+    DescrEntry *e = descr_entry(Py_TYPE(obj), name, c, &PyGetSetDescr_Type, &d);
+    if (d != NULL) {
+        PyGetSetDef *g = ((PyGetSetDescrObject *)d)->d_getset;
+        e->fn = (void (*)(void))g->get;
+        e->closure = g->closure;
     }
-    if (e->get != NULL)
-        return e->get(obj, e->closure);
+    if (e != NULL && e->fn != NULL)
+        return ((getter)e->fn)(obj, e->closure);
     return PyObject_GetAttr(obj, name);
 }
 
-/* Calls of a C type's method without arguments (a tensor's is_contiguous(), is_neg(), data_ptr()) through the
- * method's C function: what obj.name() ends in, without looking the method up and making the call's vector on
- * every call. Cached like the getters above; a method with other calling conventions, a name that is no C
- * method of the object's type, a type whose lookup is not the generic one, or an instance attribute of that
- * name (which obj.name() would call instead) takes PyObject_CallMethodNoArgs itself. */
-typedef struct {
-    PyTypeObject *type; /* borrowed, as in SlotCache */
-    unsigned int tag;
-    PyCFunction meth;   /* NULL: the generic path */
-    int flags;          /* METH_NOARGS or METH_VARARGS | METH_KEYWORDS */
-} MethodEntry;
-
-typedef struct {
-    MethodEntry e[2];
-    int next;
-} MethodCache;
-
-#define METHOD_CACHE(name) static MethodCache mc_##name
-#define METHOD_CALL0(obj, name) method_call0((obj), s_##name, &mc_##name)
-
 /* obj.<name>(): a new reference, NULL with an exception set on error. */
-static inline PyObject *method_call0(PyObject *obj, PyObject *name, MethodCache *c)
+static inline PyObject *method_call0(PyObject *obj, PyObject *name, DescrCache *c)
 {
     static PyObject *no_args; /* () for METH_VARARGS, made once */
-    PyTypeObject *tp = Py_TYPE(obj);
-    MethodEntry *e = NULL;
-    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
-        for (int i = 0; i < 2; i++)
-            if (c->e[i].type == tp && c->e[i].tag == tp->tp_version_tag)
-                e = &c->e[i];
-    }
-    if (e == NULL) {
-        PyObject *d = _PyType_Lookup(tp, name); /* borrowed */
-        if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
-            return PyObject_CallMethodNoArgs(obj, name);
-        e = &c->e[c->next];
-        c->next = 1 - c->next;
-        e->type = tp;
-        e->tag = tp->tp_version_tag;
-        e->meth = NULL;
-        if (d != NULL && Py_IS_TYPE(d, &PyMethodDescr_Type) && tp->tp_getattro == PyObject_GenericGetAttr
-            && PyType_IsSubtype(tp, PyDescr_TYPE(d))) {
-            PyMethodDef *m = ((PyMethodDescrObject *)d)->d_method;
-            int f = m->ml_flags & ~METH_COEXIST;
-            if (f == METH_NOARGS || f == (METH_VARARGS | METH_KEYWORDS)) {
-                e->meth = m->ml_meth;
-                e->flags = f;
-            }
+    PyObject *d;
+    DescrEntry *e = descr_entry(Py_TYPE(obj), name, c, &PyMethodDescr_Type, &d);
+    if (d != NULL) {
+        PyMethodDef *m = ((PyMethodDescrObject *)d)->d_method;
+        int f = m->ml_flags & ~METH_COEXIST;
+        if (f == METH_NOARGS || f == (METH_VARARGS | METH_KEYWORDS)) {
+            e->fn = (void (*)(void))m->ml_meth;
+            e->flags = f;
         }
     }
-    if (e->meth == NULL)
+    if (e == NULL || e->fn == NULL)
         return PyObject_CallMethodNoArgs(obj, name);
     PyObject **dict = _PyObject_GetDictPtr(obj);
     if (dict != NULL && *dict != NULL) {
@@ -185,10 +167,10 @@ static inline PyObject *method_call0(PyObject *obj, PyObject *name, MethodCache 
             return shadowed < 0 ? NULL : PyObject_CallMethodNoArgs(obj, name);
     }
     if (e->flags == METH_NOARGS)
-        return e->meth(obj, NULL);
+        return ((PyCFunction)e->fn)(obj, NULL);
     if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
         return NULL;
-    return ((PyCFunctionWithKeywords)(void (*)(void))e->meth)(obj, no_args, NULL);
+    return ((PyCFunctionWithKeywords)e->fn)(obj, no_args, NULL);
 }
 
 #endif
