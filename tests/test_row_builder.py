@@ -40,6 +40,17 @@ def _recorder(task: str = "statistics", summary_mode: str = "statistics", c: boo
     return rec
 
 
+def _fed_both_ways(make_script, task: str = "statistics", summary_mode: str = "statistics") -> list:
+    """Two recorders, the C row builder's and the Python loop's, each fed the script ``make_script()`` makes for
+    it (a script may build fresh tensors for each)."""
+    recs = []
+    for c in (True, False):
+        rec = _recorder(task, summary_mode, c)
+        _feed(rec, make_script())
+        recs.append(rec)
+    return recs
+
+
 def _same(a, b) -> bool:
     """Equal, with NaN equal to NaN and 0.0 apart from -0.0 (rows hold NaN for 'none')."""
     if isinstance(a, float) and isinstance(b, float):
@@ -196,11 +207,7 @@ def _random_script(seed: int):
 def test_random_argument_trees_give_the_same_rows_either_way(seed):
     """Nested lists and tuples are walked in C, everything else as leaves.walk does: random trees of every
     container and leaf kind give the Python loop's rows, seen entries and tensor ids."""
-    recs = []
-    for c in (True, False):
-        rec = _recorder(c=c)
-        _feed(rec, _random_script(seed))
-        recs.append(rec)
+    recs = _fed_both_ways(lambda: _random_script(seed))
     (rows1, seen1, *rest1), (rows2, seen2, *rest2) = _state(recs[0]), _state(recs[1])
     assert len(rows1) == len(rows2) > 20
     for r1, r2 in zip(rows1, rows2):
@@ -212,11 +219,7 @@ def test_random_argument_trees_give_the_same_rows_either_way(seed):
 @pytest.mark.parametrize("task,summary_mode", [("statistics", "statistics"), ("statistics", "md5"),
                                                ("tensor", "statistics")])
 def test_the_c_rows_equal_the_python_rows(task, summary_mode):
-    recs = []
-    for c in (True, False):
-        rec = _recorder(task, summary_mode, c)
-        _feed(rec, _script_factory())
-        recs.append(rec)
+    recs = _fed_both_ways(_script_factory, task, summary_mode)
     c_state, py_state = _state(recs[0]), _state(recs[1])
     assert len(c_state[0]) == len(py_state[0]) > 40
     for r1, r2 in zip(c_state[0], py_state[0]):
@@ -575,11 +578,7 @@ def test_a_tensor_attribute_patched_between_calls_is_read_anew(monkeypatch):
             p.add_(0)
         yield "input", (p, t), {}
 
-    recs = []
-    for c in (True, False):
-        rec = _recorder(c=c)
-        _feed(rec, script)
-        recs.append(rec)
+    recs = _fed_both_ways(lambda: script)
     rows_c, rows_py = _state(recs[0])[0], _state(recs[1])[0]
     assert len(rows_c) == len(rows_py) == 13
     for r1, r2 in zip(rows_c, rows_py):
@@ -600,12 +599,9 @@ def test_a_method_an_instance_attribute_shadows_is_called_as_python_calls_it():
     def script():
         yield "input", (plain, shadowed), {}
 
-    recs = []
-    for c in (True, False):
-        rec = _recorder(c=c)
-        _feed(rec, script)
-        recs.append(rec)
-    assert all(_same(r1, r2) for r1, r2 in zip(_state(recs[0])[0], _state(recs[1])[0]))
+    recs = _fed_both_ways(lambda: script)
+    rows_c, rows_py = _state(recs[0])[0], _state(recs[1])[0]
+    assert len(rows_c) == len(rows_py) == 2 and all(_same(r1, r2) for r1, r2 in zip(rows_c, rows_py))
     stats_c, _ = recs[0].summarizer.materialize()
     stats_py, _ = recs[1].summarizer.materialize()
     assert (stats_c == stats_py).all()
