@@ -69,9 +69,15 @@ def _wait(path: str, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.2)
 
 
+def flag_path(tmp: str, name: str, level: str) -> str:
+    """The stem of one count's handshake files, in a folder of its own: two trees' counts of the same model and
+    level must not see each other's files (a child finding an earlier ``.go`` ran before counting began)."""
+    return os.path.join(tempfile.mkdtemp(dir=tmp, prefix=f"{name}-{level}-"), "flag")
+
+
 def count(name: str, level: str, steps: int, tree: Path, tmp: str) -> float:
     """Instructions per step of ``steps`` steps of model ``name`` at ``level`` (``none``: without the kit)."""
-    flag = os.path.join(tmp, f"{name}-{level}-{os.getpid()}")
+    flag = flag_path(tmp, name, level)
     out = flag + ".callgrind"
     code = _CHILD.format(bench=str(HERE), name=name, steps=steps, level=level, flag=flag, tmp=tmp)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}

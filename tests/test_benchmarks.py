@@ -173,3 +173,10 @@ def test_the_counted_child_is_valid_python_that_steps_from_one_line():
     code = counting._CHILD.format(bench="/b", name="vit", steps=5, level="L1", flag="/t/f", tmp="/t")
     compile(code, "child", "exec")
     assert code.count("w.train_step(") == 1 and "range(3 + steps)" in code  # warm-up and counted steps share it
+
+
+def test_each_count_has_its_own_handshake_files(tmp_path):
+    """Two trees' counts of one model and level: the second child must not find the first one's files."""
+    a, b = (counting.flag_path(str(tmp_path), "vit", "L1") for _ in range(2))
+    assert a != b and os.path.dirname(a) != os.path.dirname(b)
+    assert all(os.path.dirname(p).startswith(str(tmp_path)) for p in (a, b))
