@@ -100,7 +100,15 @@ def test_level_l2_replays_each_aten_op_alone(tmp_path):
     assert set(bad.failures()["op"]) == {"_softmax", "gelu", "native_layer_norm"}
     assert (bad.failures()["direction"] == "forward").all()
     good = check(())
-    assert good.failures().empty and (good["verdict"] != "warning").all(), good[good["verdict"] != "pass"]
+    assert good.failures().empty, good[good["verdict"] != "pass"]
+    # a dump keeps a tensor's values, not its strides: the replayed GEMM may take another path than the recorded
+    # one (F.linear's transposed weight) and round in another order. On some CPUs (AMD EPYC here) that puts a
+    # small addmm's max relative error a few ULPs above the reference kernel's, over the 2x warning line;
+    # anything else warned about, or any other metric, is a fault
+    warned = good[good["verdict"] == "warning"]
+    assert set(warned["op"]) <= {"addmm", "mm", "bmm"}, warned
+    assert all(r.startswith("warning: max_rel_err") and " | " not in r for r in warned["reasons"]), warned["reasons"]
+    assert (warned["max_rel_err"] < 32 * torch.finfo(torch.float32).eps).all()
     assert set(good.unchecked()["op"]) <= {"empty_like", "empty"}
 
 
