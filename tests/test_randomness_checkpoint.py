@@ -203,7 +203,15 @@ def test_gpt2_with_gradient_checkpointing_trains_as_without_the_kit_or_as_unchec
         warnings.simplefilter("ignore", RuntimeWarning)
         got = step("L1", True)
         want = step(None, True) if not reentrant else step("L1", False)
-    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    assert torch.equal(got[0], want[0])
+    if not reentrant:
+        assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    else:
+        # the recompute runs the blocks' GEMMs again, in other memory: MKL's kernels on some CPUs (AMD EPYC here,
+        # unless MKL_CBWR=COMPATIBLE) round by the buffers' alignment, so the gradients may differ in the last
+        # bits (2e-7 relative here). A draw the recompute did not repeat changes them by the mask's share.
+        for a, b in zip(got[1], want[1]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 class _Block(nn.Module):
