@@ -411,12 +411,18 @@ def test_a_context_of_the_wrong_shape_is_refused():
         mod.Handler([None] * len(mod.CONTEXT_FIELDS))
     with pytest.raises(TypeError, match="dicts"):
         mod.Handler((None,) * len(mod.CONTEXT_FIELDS))
-    h = mod.Handler(tuple({} if n in ("operators", "operator_methods") else frozenset() if n in (
+    h = mod.Handler(tuple({} if n in ("operators", "operator_methods", "compiler_globals") else frozenset() if n in (
         "drawing", "same_elements") else () if n == "positions" else None for n in mod.CONTEXT_FIELDS))
     with pytest.raises(TypeError, match="handle"):
         h.handle(torch.add)
     with pytest.raises(TypeError, match="tuple"):
         h.handle(torch.add, [1], None)
+    with pytest.raises(TypeError, match="positional"):  # called as the mode's __torch_function__
+        h(torch.add)
+    with pytest.raises(TypeError, match="positional"):
+        h(torch.add, (), (), None, None)
+    with pytest.raises(TypeError, match="tuple"):
+        h(torch.add, (), [1], None)
 
 
 @pytest.mark.parametrize("name,abi,fields,load", [
@@ -702,3 +708,92 @@ def test_lookups_by_a_c_string_find_what_getattr_finds():
     assert get(mode, b"__torch_function__") == "an instance's own"
     with pytest.raises(TypeError, match="defined in Python"):
         api_mode._api_handler.string_lookups(int)
+
+
+def _c_string_lookup(obj, name: bytes):
+    import ctypes
+    get = ctypes.pythonapi.PyObject_GetAttrString
+    get.restype, get.argtypes = ctypes.py_object, [ctypes.py_object, ctypes.c_char_p]
+    return get(obj, name)
+
+
+def test_torch_calls_the_c_handler_itself_and_dynamo_still_finds_the_python_one(tmp_path):
+    """A mode with its C handler answers torch's lookup by C string with the handler itself: torch checks its
+    ``__self__`` (the mode) and calls it with __torch_function__'s arguments, and no Python __torch_function__
+    runs. ``getattr``, which dynamo uses to inline the handler, still finds the Python method."""
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L1")
+    x, y = torch.ones(3), torch.full((3,), 2.0)
+    dbg.start()
+    mode = dbg._api_mode
+    try:
+        found = _c_string_lookup(mode, b"__torch_function__")
+        assert found is mode._handler and _c_string_lookup(found, b"__self__") is mode and found.__self__ is mode
+        assert mode.__torch_function__.__func__ is api_mode.ApiMode.__torch_function__  # getattr: dynamo's view
+        seen = []
+        real = api_mode.ApiMode.__torch_function__
+        api_mode.ApiMode.__torch_function__ = lambda *a, **k: seen.append(a[1]) or real(*a, **k)
+        try:
+            out = torch.add(x, y)
+        finally:
+            api_mode.ApiMode.__torch_function__ = real
+        # the patched class function is another function than the one string_lookups saw: torch got the bound
+        # Python one, so nothing is hidden from a changed class
+        assert seen == [torch.add]
+        out2 = torch.mul(x, y)  # the class as it was: torch calls the C handler, no Python handler runs
+    finally:
+        dbg.stop()
+        dbg.step()
+        dbg.close()
+    assert torch.equal(out, x + y) and torch.equal(out2, x * y)
+    assert list(msprobe_nb.load(tmp_path / "d").calls.op.drop_duplicates()) == ["add", "mul"]
+
+
+def test_the_c_handler_torch_calls_steps_aside_while_compiling(tmp_path, monkeypatch):
+    """torch.compiler.is_compiling() is what the Python handler checks first; the handler torch calls directly
+    reads the same flag, so a call made while it is set (dynamo tracing, export) is not recorded by either."""
+    rows = {}
+    for c in (True, False):
+        with handlers(c):
+            dbg = msprobe_nb.Debugger(dump_path=tmp_path / str(c), level="L1")
+            x = torch.ones(3)
+            dbg.start()
+            torch.sin(x)
+            monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+            assert torch.compiler.is_compiling()
+            torch.cos(x)
+            monkeypatch.setattr(torch.compiler, "_is_compiling_flag", False)
+            torch.tan(x)
+            dbg.stop()
+            dbg.step()
+            dbg.close()
+        rows[c] = list(msprobe_nb.load(tmp_path / str(c)).calls.op.drop_duplicates())
+    assert rows[True] == rows[False] == ["sin", "tan"]
+
+
+def test_a_subclass_or_an_instance_attribute_keeps_its_own_handler(tmp_path):
+    """Where getattr would not give ApiMode's own __torch_function__ bound to the mode, torch's lookup gives what
+    getattr gives, even for a mode that has its C handler."""
+    class Sub(api_mode.ApiMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return "sub"
+
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L1")
+    dbg.start()
+    rec = dbg._recorder
+    dbg.stop()
+    sub = Sub(rec)
+    assert sub._handler is not None
+    assert _c_string_lookup(sub, b"__torch_function__").__func__ is Sub.__torch_function__
+    t = torch.ones(1)
+    with sub:
+        assert torch.add(t, 1) == "sub"
+    mode = api_mode.ApiMode(rec)
+    mode.__torch_function__ = "an instance's own"
+    assert _c_string_lookup(mode, b"__torch_function__") == "an instance's own"
+    other = api_mode.ApiMode(rec)
+    mode.__torch_function__ = other.__torch_function__  # ApiMode's function, bound to another mode
+    assert _c_string_lookup(mode, b"__torch_function__").__self__ is other
+    mode.__dict__.pop("__torch_function__")
+    mode._handler = other._handler  # another mode's handler records for that mode, not this one
+    assert _c_string_lookup(mode, b"__torch_function__").__func__ is api_mode.ApiMode.__torch_function__
+    dbg.close()

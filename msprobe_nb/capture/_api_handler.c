@@ -11,8 +11,10 @@
  * fallback and gives the same rows, names, counters, parents and stacks (tests/test_api_handler.py holds them
  * equal).
  *
- * The mode's __torch_function__ is still a Python function: dynamo inlines it while compiling (a C handler
- * would break the graph at every op), so it steps aside there and calls Handler.handle otherwise.
+ * The mode's __torch_function__ is still a Python function, the one getattr finds: dynamo inlines it while
+ * compiling (a C handler would break the graph at every op), so it steps aside there and calls Handler.handle
+ * otherwise. torch itself finds the handler by a C string, and there the mode answers with the Handler, which
+ * torch calls with the same arguments (mode_getattr, Handler_torch_function): no Python frame per call.
  * setup.py builds this for CPython 3.11+ (the frame API it reads: PyFrame_GetLasti, PyCode_GetCode).
  */
 #include "_api_calls.h"
@@ -25,7 +27,7 @@ SLOT_CACHE(construct);
 SLOT_CACHE(module_stack);
 SLOT_CACHE(select_all);
 
-#define API_HANDLER_ABI 1
+#define API_HANDLER_ABI 2
 
 /* The context's fields, in order, written once: the enum and the CONTEXT_FIELDS tuple the module exports (the
    Python side builds it by these names, api_mode.handler_context, and checks them at import: c_contract.py). */
@@ -38,7 +40,8 @@ SLOT_CACHE(select_all);
     X(C_SEQUENCE_NR, "sequence_nr") X(C_TENSOR, "tensor") X(C_POSITIONS, "positions") X(C_GRAD_INPUTS, "grad_inputs") \
     X(C_CHECKPOINT_NODE, "checkpoint_node") X(C_REPLAY, "replay_in_backward") X(C_CUSTOM_NODE, "custom_node") \
     X(C_CONSUMED, "consumed") X(C_ADD_ROWS, "add_rows") X(C_IO_INPUT, "io_input") X(C_IO_OUTPUT, "io_output") \
-    X(C_SHARE_SUMMARY, "share_summary") X(C_MARK_WRITTEN, "mark_written") X(C_ATTACH, "attach_api_backward")
+    X(C_SHARE_SUMMARY, "share_summary") X(C_MARK_WRITTEN, "mark_written") X(C_ATTACH, "attach_api_backward") \
+    X(C_COMPILER_GLOBALS, "compiler_globals")
 #define AS_ENUM(id, name) id,
 #define AS_NAME(id, name) name,
 enum { CONTEXT(AS_ENUM) C_SIZE };
@@ -58,6 +61,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *ctx;   /* tuple of C_SIZE objects, in CONTEXT order */
     PyObject *names; /* func -> (family, op) or None: what ctx's resolve gave, so it runs once per function */
+    vectorcallfunc vectorcall; /* Handler_torch_function: the handler called as the mode's __torch_function__ */
 } Handler;
 
 #define CTX(h, i) PyTuple_GET_ITEM((h)->ctx, (i))
@@ -639,14 +643,11 @@ fail:
     return out;
 }
 
-/* Handler.handle(func, args, kwargs): ApiMode.__torch_function__ once it is not compiling. */
-static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
+/* ApiMode.__torch_function__ once it is not compiling. ``direct``: torch called the handler itself (the mode's
+   lookup by C string gave it, Handler_torch_function), so the current frame made the call; otherwise the current
+   frame is the mode's Python __torch_function__ and its caller made the call. */
+static PyObject *handle_call(Handler *h, PyObject *func, PyObject *args, PyObject *kwargs, int direct)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "handle(func, args, kwargs)");
-        return NULL;
-    }
-    PyObject *func = argv[0], *args = argv[1], *kwargs = argv[2];
     if (!PyTuple_Check(args) || !(kwargs == Py_None || PyDict_Check(kwargs))) {
         PyErr_SetString(PyExc_TypeError, "handle: args must be a tuple and kwargs a dict or None");
         return NULL;
@@ -670,8 +671,8 @@ static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t na
         Py_DECREF(resolved);
         return call_func(func, args, kwargs);
     }
-    PyFrameObject *here = PyEval_GetFrame(); /* the mode's __torch_function__; its caller made the call */
-    PyFrameObject *frame = here != NULL ? PyFrame_GetBack(here) : NULL;
+    PyFrameObject *here = PyEval_GetFrame();
+    PyFrameObject *frame = here == NULL ? NULL : direct ? (PyFrameObject *)Py_NewRef(here) : PyFrame_GetBack(here);
     PyObject *out = NULL, *named = NULL, *policy = NULL;
     int slow = truth(PyObject_GetAttr(mode, s_replaying));
     if (slow == 0) {
@@ -716,6 +717,8 @@ done:
     return out;
 }
 
+static PyObject *Handler_torch_function(PyObject *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
+
 static PyObject *Handler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     PyObject *ctx = context_arg(args, kw, C_SIZE, "Handler");
@@ -723,15 +726,16 @@ static PyObject *Handler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if (!PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATORS)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_OPERATOR_METHODS))
         || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_DRAWING)) || !PyAnySet_Check(PyTuple_GET_ITEM(ctx, C_SAME_ELEMENTS))
-        || !PyTuple_Check(PyTuple_GET_ITEM(ctx, C_POSITIONS))) {
-        PyErr_SetString(PyExc_TypeError, "Handler: operators and operator_methods must be dicts, drawing and "
-                                         "same_elements sets, positions a tuple");
+        || !PyTuple_Check(PyTuple_GET_ITEM(ctx, C_POSITIONS)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_COMPILER_GLOBALS))) {
+        PyErr_SetString(PyExc_TypeError, "Handler: operators, operator_methods and compiler_globals must be dicts, "
+                                         "drawing and same_elements sets, positions a tuple");
         return NULL;
     }
     Handler *h = (Handler *)type->tp_alloc(type, 0);
     if (h == NULL)
         return NULL;
     h->ctx = Py_NewRef(ctx);
+    h->vectorcall = Handler_torch_function;
     h->names = PyDict_New();
     if (h->names == NULL) {
         Py_DECREF(h);
@@ -761,17 +765,82 @@ static void Handler_dealloc(Handler *h)
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
-static PyObject *Handler_handle_checked(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
+/* Handler.handle(func, args, kwargs): called by the mode's Python __torch_function__ past its compile check. */
+static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
 {
     if (h->ctx == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
         return NULL;
     }
-    return Handler_handle(h, argv, nargs);
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "handle(func, args, kwargs)");
+        return NULL;
+    }
+    return handle_call(h, argv[0], argv[1], argv[2], 0);
 }
 
+static PyObject *s_is_compiling_flag;
+
+/* Handler(func, types, args=(), kwargs=None): the mode's __torch_function__ itself, which torch calls where its
+   lookup by C string gave the handler (mode_getattr below). It does what the Python __torch_function__ does
+   without its three Python frames: it steps aside while compiling, as torch.compiler.is_compiling() reads it
+   outside TorchScript (the flag torch.compiler sets while dynamo traces and while export runs), and handles the
+   call otherwise. Dynamo never calls this: it inlines the Python __torch_function__, which getattr finds. */
+static PyObject *Handler_torch_function(PyObject *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
+{
+    Handler *h = (Handler *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (h->ctx == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+        return NULL;
+    }
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) || nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "Handler(func, types, args=(), kwargs=None), positional arguments only");
+        return NULL;
+    }
+    PyObject *func = argv[0];
+    PyObject *args = nargs > 2 ? argv[2] : NULL, *kwargs = nargs > 3 ? argv[3] : Py_None;
+    PyObject *empty = NULL;
+    if (args == NULL && (args = empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    PyObject *flag = PyDict_GetItemWithError(CTX(h, C_COMPILER_GLOBALS), s_is_compiling_flag); /* borrowed */
+    int compiling = flag == NULL ? (PyErr_Occurred() ? -1 : 0) : flag == Py_False ? 0 : PyObject_IsTrue(flag);
+    PyObject *out = compiling < 0 ? NULL
+                    : compiling ? call_func(func, args, kwargs) : handle_call(h, func, args, kwargs, 1);
+    Py_XDECREF(empty);
+    return out;
+}
+
+/* Handler.__self__: the mode, as a bound __torch_function__ has it (torch checks it before each call) */
+static PyObject *Handler_self(Handler *h, void *closure)
+{
+    (void)closure;
+    if (h->ctx == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+        return NULL;
+    }
+    return Py_NewRef(CTX(h, C_MODE));
+}
+
+/* torch reads __self__ by a C string: answered without making a str; any other name goes the default way */
+static PyObject *Handler_getattr(PyObject *self, char *name)
+{
+    if (strcmp(name, "__self__") == 0)
+        return Handler_self((Handler *)self, NULL);
+    PyObject *key = PyUnicode_FromString(name);
+    if (key == NULL)
+        return NULL;
+    PyObject *res = PyObject_GenericGetAttr(self, key);
+    Py_DECREF(key);
+    return res;
+}
+
+static PyGetSetDef Handler_getset[] = {
+    {"__self__", (getter)Handler_self, NULL, "the mode this handler records for", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
 static PyMethodDef Handler_methods[] = {
-    {"handle", (PyCFunction)(void (*)(void))Handler_handle_checked, METH_FASTCALL,
+    {"handle", (PyCFunction)(void (*)(void))Handler_handle, METH_FASTCALL,
      "handle(func, args, kwargs): the recorded call's result, recorded as ApiMode.__torch_function__ does."},
     {NULL, NULL, 0, NULL}};
 
@@ -779,37 +848,69 @@ static PyTypeObject HandlerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "msprobe_nb.capture._api_handler.Handler",
     .tp_basicsize = sizeof(Handler),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Handler(ctx): the L1 mode's handler of one recorder (ctx: CONTEXT_FIELDS, in order).",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Handler(ctx): the L1 mode's handler of one recorder (ctx: CONTEXT_FIELDS, in order). Called as "
+              "handler(func, types, args=(), kwargs=None), it is the mode's __torch_function__.",
     .tp_new = Handler_new,
+    .tp_vectorcall_offset = offsetof(Handler, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getattr = Handler_getattr,
+    .tp_getattro = PyObject_GenericGetAttr, /* set with tp_getattr: they are inherited only together */
+    .tp_getset = Handler_getset,
     .tp_traverse = (traverseproc)Handler_traverse,
     .tp_clear = (inquiry)Handler_clear,
     .tp_dealloc = (destructor)Handler_dealloc,
     .tp_methods = Handler_methods,
 };
 
-/* The mode's attributes looked up by a C string (char *): torch finds a mode's __torch_function__ so on every
-   call it dispatches to the mode, its own unrecorded calls and attribute reads included. A Python class has no
-   tp_getattr, so each lookup made a new str from the C string, and with a new str neither the type's method
-   cache nor the instance dict's key comparison can use identity: the full lookup ran every time. Here the
-   name "__torch_function__" is one interned str; any other name goes the default way (a new str and
+/* The mode's attributes looked up by a C string (char *): torch finds a mode's __torch_function__ so, twice on
+   every call it dispatches to the mode (its own unrecorded calls and attribute reads included), and calls what it
+   found. A Python class has no tp_getattr, so each lookup made a new str from the C string, missed the type's
+   method cache and bound a new method; the bound Python __torch_function__ then ran three Python frames (its own,
+   torch.compiler.is_compiling's and torch.jit.is_scripting's) before the handler.
+   Here the name "__torch_function__" is one interned str, and where getattr would give the class's own
+   __torch_function__ (the one string_lookups saw) bound to this mode, and the mode has its C handler (its
+   ``_handler``, made for this mode), the handler itself is the answer: torch calls it with the same arguments
+   (Handler_torch_function). Anything else is what getattr finds: a subclass's own handler, an instance
+   attribute, a mode without the C handler. Any other name goes the default way (a new str and
    PyObject_GetAttr), so a lookup finds exactly what it found before. */
-static PyObject *s_torch_function_name;
+static PyObject *s_torch_function_name, *s_handler_name;
+static PyObject *registered_handler; /* the __torch_function__ function of the class string_lookups was given */
 
 static PyObject *mode_getattr(PyObject *self, char *name)
 {
-    PyObject *key;
-    if (strcmp(name, "__torch_function__") == 0)
-        key = Py_NewRef(s_torch_function_name);
-    else if ((key = PyUnicode_FromString(name)) == NULL)
-        return NULL;
-    PyObject *res = PyObject_GetAttr(self, key);
-    Py_DECREF(key);
+    if (strcmp(name, "__torch_function__") != 0) {
+        PyObject *key = PyUnicode_FromString(name);
+        if (key == NULL)
+            return NULL;
+        PyObject *res = PyObject_GetAttr(self, key);
+        Py_DECREF(key);
+        return res;
+    }
+    PyObject *res = PyObject_GetAttr(self, s_torch_function_name);
+    if (res == NULL || registered_handler == NULL || !PyMethod_Check(res) || PyMethod_GET_SELF(res) != self
+        || PyMethod_GET_FUNCTION(res) != registered_handler)
+        return res;
+    PyObject *h = PyObject_GetAttr(self, s_handler_name);
+    if (h == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(res);
+            return NULL;
+        }
+        PyErr_Clear();
+        return res;
+    }
+    if (Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self) {
+        Py_DECREF(res);
+        return h;
+    }
+    Py_DECREF(h);
     return res;
 }
 
 /* string_lookups(cls): give the heap type cls (the mode's class) the lookup above as its tp_getattr; True when it
-   has it, False when cls already has a tp_getattr of its own (left as it is). */
+   has it, False when cls already has a tp_getattr of its own (left as it is). cls's __torch_function__ is the one
+   whose bound form the lookup may answer with the mode's C handler. */
 static PyObject *string_lookups(PyObject *self, PyObject *cls)
 {
     (void)self;
@@ -820,6 +921,12 @@ static PyObject *string_lookups(PyObject *self, PyObject *cls)
     PyTypeObject *t = (PyTypeObject *)cls;
     if (t->tp_getattr != NULL && t->tp_getattr != mode_getattr)
         Py_RETURN_FALSE;
+    PyObject *tf = _PyType_Lookup(t, s_torch_function_name); /* borrowed */
+    if (tf == NULL || !PyFunction_Check(tf)) {
+        PyErr_SetString(PyExc_TypeError, "string_lookups() needs a class whose __torch_function__ is a function");
+        return NULL;
+    }
+    Py_XSETREF(registered_handler, Py_NewRef(tf));
     t->tp_getattr = mode_getattr;
     Py_RETURN_TRUE;
 }
@@ -827,7 +934,7 @@ static PyObject *string_lookups(PyObject *self, PyObject *cls)
 static PyMethodDef module_methods[] = {
     {"string_lookups", string_lookups, METH_O,
      "string_lookups(cls): lookups of cls's instances' attributes by a C string find __torch_function__ through one "
-     "interned str."},
+     "interned str, and give the mode's C handler where getattr would give cls's own __torch_function__."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_handler",
@@ -845,7 +952,8 @@ PyMODINIT_FUNC PyInit__api_handler(void)
         || INTERN(s_requires_grad, "requires_grad") || INTERN(s_grad_fn, "grad_fn") || INTERN(s_output_nr, "output_nr")
         || INTERN(s_version, "_version") || INTERN(s_forward, "forward") || INTERN(s_recompute, "recompute")
         || INTERN(s_tensor_family, "Tensor") || INTERN(s_distributed, "Distributed") || INTERN(s_input, "input")
-        || INTERN(s_output, "output") || INTERN(s_torch_function_name, "__torch_function__"))
+        || INTERN(s_output, "output") || INTERN(s_torch_function_name, "__torch_function__")
+        || INTERN(s_handler_name, "_handler") || INTERN(s_is_compiling_flag, "_is_compiling_flag"))
         return NULL;
     if (PyType_Ready(&HandlerType) < 0)
         return NULL;

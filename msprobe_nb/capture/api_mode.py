@@ -72,9 +72,12 @@ class ApiMode(TorchFunctionMode):
             randomness.replays_reentrant = True  # replay_in_backward pushes this mode for the recompute
         self.record = record  # False: only apply dropout-off / host-random (levels L0 and L2)
         self.replaying = 0  # > 0 while a reentrant checkpoint's backward runs under this mode
-        # the C handler's entry, bound to this mode and recorder; None: the Python handler
-        self._handle = _api_handler.Handler(c_contract.context(_api_handler, self._handler_parts())).handle \
+        # the C handler, made for this mode and recorder; None: the Python handler. torch's lookups of the mode's
+        # __torch_function__ by a C string give the handler itself (string_lookups, at the end of this file), which
+        # torch then calls in place of the Python __torch_function__ below; getattr, and so dynamo, finds that one
+        self._handler = _api_handler.Handler(c_contract.context(_api_handler, self._handler_parts())) \
             if _api_handler is not None else None
+        self._handle = self._handler.handle if self._handler is not None else None
 
     def _handler_parts(self) -> dict:
         """What the C handler reads and calls, by c_contract.HANDLER_FIELDS name: the recorder's parts it
@@ -91,6 +94,9 @@ class ApiMode(TorchFunctionMode):
             "replay_in_backward": self.replay_in_backward, "custom_node": BackwardCFunction,
             "consumed": rec.functions.consumed, "mark_written": rec.mark_written,
             "attach_api_backward": rec.grads.handler_attach(),
+            # torch.compiler.is_compiling() outside TorchScript reads this module's flag; the C handler reads it
+            # when torch calls the handler directly
+            "compiler_globals": vars(torch.compiler),
         }
 
     def replay_in_backward(self, node) -> None:
@@ -230,7 +236,8 @@ class ApiMode(TorchFunctionMode):
         return out
 
 
-# torch finds a mode's __torch_function__ by a C string on every call it hands the mode: the C extension gives
-# ApiMode's instances that lookup through one interned name (capture/_api_handler.c, string_lookups)
+# torch finds a mode's __torch_function__ by a C string on every call it hands the mode: the C extension answers
+# that lookup on ApiMode's instances with their C handler (capture/_api_handler.c, string_lookups), which steps
+# aside while compiling as the function above does
 if _api_handler is not None and hasattr(_api_handler, "string_lookups"):
     _api_handler.string_lookups(ApiMode)

@@ -19,13 +19,14 @@ STATS_ABI = 2
 #: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
 STACK_KEYS_ABI = 1
 #: ABI of _api_handler (API_HANDLER_ABI in _api_handler.c)
-API_HANDLER_ABI = 1
+API_HANDLER_ABI = 2
 #: what the C handler's context holds, by name (ApiMode builds it from these)
 HANDLER_FIELDS = ("mode", "recorder", "lock_acquire", "lock_release", "collectives", "note_error", "resolve",
                   "operators", "operator_methods", "slow", "drawing", "same_elements", "call_type", "graph_task_id",
                   "stack_id", "selected", "is_custom_forward", "forward_frame", "grad_enabled", "sequence_nr", "tensor",
                   "positions", "grad_inputs", "checkpoint_node", "replay_in_backward", "custom_node", "consumed",
-                  "add_rows", "io_input", "io_output", "share_summary", "mark_written", "attach_api_backward")
+                  "add_rows", "io_input", "io_output", "share_summary", "mark_written", "attach_api_backward",
+                  "compiler_globals")
 #: ABI of _api_backward (API_BACKWARD_ABI in _api_backward.c)
 API_BACKWARD_ABI = 1
 #: what the C API backward's context holds, by name (GradientHooks builds it from these)
