@@ -770,6 +770,30 @@ def test_the_c_handler_torch_calls_steps_aside_while_compiling(tmp_path, monkeyp
     assert rows[True] == rows[False] == ["sin", "tan"]
 
 
+def test_without_torchs_compiling_flag_torch_gets_the_python_handler():
+    """The handler torch calls directly reads torch.compiler's compiling flag; a torch without that bool flag
+    keeps the Python __torch_function__ (and its is_compiling() check) for every call, and records as before."""
+    import subprocess
+    import sys
+    code = ("import ctypes, tempfile, torch, msprobe_nb\n"
+            "torch.compiler._is_compiling_flag = 0\n"  # not the bool flag the C handler reads: as if absent
+            "from msprobe_nb.capture import api_mode\n"
+            "get = ctypes.pythonapi.PyObject_GetAttrString\n"
+            "get.restype, get.argtypes = ctypes.py_object, [ctypes.py_object, ctypes.c_char_p]\n"
+            "d = tempfile.mkdtemp()\n"
+            "dbg = msprobe_nb.Debugger(dump_path=d, level='L1')\n"
+            "x = torch.ones(2)\n"
+            "dbg.start()\n"
+            "mode = dbg._api_mode\n"
+            "found = get(mode, b'__torch_function__')\n"
+            "torch.sin(x)\n"
+            "dbg.stop(); dbg.step(); dbg.close()\n"
+            "print(mode._handler is not None, found.__func__ is api_mode.ApiMode.__torch_function__,\n"
+            "      list(msprobe_nb.load(d).calls.op.drop_duplicates()) == ['sin'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "True"]
+
+
 def test_a_subclass_or_an_instance_attribute_keeps_its_own_handler(tmp_path):
     """Where getattr would not give ApiMode's own __torch_function__ bound to the mode, torch's lookup gives what
     getattr gives, even for a mode that has its C handler."""

@@ -238,6 +238,8 @@ class ApiMode(TorchFunctionMode):
 
 # torch finds a mode's __torch_function__ by a C string on every call it hands the mode: the C extension answers
 # that lookup on ApiMode's instances with their C handler (capture/_api_handler.c, string_lookups), which steps
-# aside while compiling as the function above does
-if _api_handler is not None and hasattr(_api_handler, "string_lookups"):
+# aside while compiling as the function above does: by the flag torch.compiler.is_compiling() reads, so only where
+# this torch has it
+if _api_handler is not None and hasattr(_api_handler, "string_lookups") \
+        and isinstance(vars(torch.compiler).get("_is_compiling_flag"), bool):
     _api_handler.string_lookups(ApiMode)
