@@ -120,6 +120,9 @@ def _script_factory():
         yield "input", {}, {"is_kwarg": True}
         yield "input", tensors["a"], {}  # a bare tensor, not in a tuple
         yield "input", 3.5, {}  # a bare value
+        yield "input", tensors["grad"], {"prefix": "1"}  # a gradient's row: one tensor under its input's path
+        yield "input", None, {"prefix": "0"}  # a gradient that did not flow
+        yield "input", torch.Size([2, 5]), {}  # a tuple that is a leaf
         # scalars met before, and ones equal to them across types: the builder reads describe_value's cache
         yield "input", (1.0, 1, True, 3, "mean", 3.5, 1e-5, 1.0, 1, True), {}
         point = collections.namedtuple("Point", "x y")

@@ -747,6 +747,13 @@ static int add_value(Rows *r, PyObject *value, PyObject *prefix)
         Py_DECREF(items);
         return failed ? -1 : 0;
     }
+    /* one leaf (a gradient's row is one tensor or None): leaves() gives [(prefix, value)] for anything but a list,
+       tuple or dict, and for a torch.Size; what remains (a namedtuple, a subclass) goes through leaves() */
+    int leaf = !(PyList_Check(value) || PyTuple_Check(value) || PyDict_Check(value));
+    if (!leaf && PyTuple_Check(value) && (leaf = PyObject_IsInstance(value, PyTuple_GET_ITEM(ctx, C_SIZE_TYPE))) < 0)
+        return -1;
+    if (leaf)
+        return add_leaf(r, prefix, value);
     PyObject *pairs = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(ctx, C_LEAVES), value, prefix, NULL);
     if (pairs == NULL)
         return -1;
