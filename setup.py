@@ -20,6 +20,7 @@ ARGS = [] if sys.platform == "win32" else ["-O3", "-fno-strict-aliasing"]
 HEADERS = ["msprobe_nb/capture/_stats_pass.h"]  # the kernel both statistics extensions include
 SLOTS = "msprobe_nb/capture/_slot_attrs.h"  # slot reads at their offsets (the recorders' per-call state)
 NAMES = "msprobe_nb/capture/_dotted_names.h"  # the calls', rows' and paths' dotted names
+NEW_CALL = "msprobe_nb/capture/_new_call.h"  # a Call made without its Python __init__
 EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/_fused_stats.c"], depends=HEADERS,
                         extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._row_builder", ["msprobe_nb/capture/_row_builder.c"],
@@ -32,7 +33,8 @@ if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     # the two halves of L1 recording and the module hooks, sharing _api_calls.h
     for name in ("_api_handler", "_api_backward", "_module_hooks"):
         EXTENSIONS.append(Extension(f"msprobe_nb.capture.{name}", [f"msprobe_nb/capture/{name}.c"],
-                                    depends=["msprobe_nb/capture/_api_calls.h", SLOTS, NAMES], extra_compile_args=ARGS,
+                                    depends=["msprobe_nb/capture/_api_calls.h", SLOTS, NAMES, NEW_CALL],
+                                    extra_compile_args=ARGS,
                                     optional=True))
 
 setup(ext_modules=EXTENSIONS)

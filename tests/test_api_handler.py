@@ -821,3 +821,41 @@ def test_a_subclass_or_an_instance_attribute_keeps_its_own_handler(tmp_path):
     mode._handler = other._handler  # another mode's handler records for that mode, not this one
     assert _c_string_lookup(mode, b"__torch_function__").__func__ is api_mode.ApiMode.__torch_function__
     dbg.close()
+
+
+def test_the_c_paths_make_calls_as_the_class_says(tmp_path, monkeypatch):
+    """The C paths store a Call's fields at its slots without its Python __init__ only while Call is the plain
+    dataclass: with __init__ replaced (same signature, another function) every Call goes through it, and the
+    dump is the one the class's own __init__ gives."""
+    from msprobe_nb.capture import calls
+
+    original = calls.Call.__init__
+    made = []
+
+    def __init__(self, call, family, op, counter, direction, module_path="", parent="", stack_id=-1, index=-1,
+                 rng="", rng_state="", dump=True, slot=-1):
+        made.append(call)
+        original(self, call, family, op, counter, direction, module_path, parent, stack_id, index, rng, rng_state,
+                 dump, slot)
+
+    def run(name):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        x = torch.randn(2, 4, requires_grad=True)
+        dbg = msprobe_nb.Debugger(dump_path=tmp_path / name, level="mix")
+        dbg.start(model)
+        model(x).sum().backward()
+        dbg.stop()
+        dbg.step()
+        dbg.close()
+        return msprobe_nb.load(tmp_path / name).calls
+
+    plain = run("plain")
+    assert made == []
+    monkeypatch.setattr(calls.Call, "__init__", __init__)
+    patched = run("patched")
+    # module forwards and backwards, API forwards and backwards: every kind of Call went through __init__
+    assert {"forward", "backward"} <= {c.rsplit(".", 1)[-1] for c in made if not c.startswith("Module.")}
+    assert any(c.startswith("Module.") and ".forward." in c for c in made)
+    assert any(c.startswith("Module.") and ".backward." in c for c in made)
+    assert plain.equals(patched)

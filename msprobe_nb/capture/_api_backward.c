@@ -123,7 +123,7 @@ static PyObject *open_call(Rows *r)
         return NULL;
     PyObject *argv[] = {r->bname, r->family, r->op, r->counter, s_backward, r->module_path, r->parent, r->stack_id,
                         idx};
-    PyObject *b = PyObject_Vectorcall(CTX(r->ctx, C_CALL_TYPE), argv, 9, NULL);
+    PyObject *b = new_call(CTX(r->ctx, C_CALL_TYPE), argv, 9);
     Py_DECREF(idx);
     if (b == NULL)
         return NULL;

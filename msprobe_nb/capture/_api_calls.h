@@ -9,6 +9,7 @@
 #include <Python.h>
 #include "_slot_attrs.h"
 #include "_dotted_names.h"
+#include "_new_call.h"
 
 static PyObject *s_busy, *s_all_data, *s_build_rows, *s_row_ctx, *s_calls, *s_rows, *s_seen, *s_slot, *s_empty;
 static PyObject *s_prefix, *s_is_kwarg, *s_set_producer, *s_call_index, *k_zero, *k_one, *k_minus_one;

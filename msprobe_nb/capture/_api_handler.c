@@ -247,7 +247,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     }
     PyObject *argv[] = {name, family, op, counter, direction, s_empty, parent, sid, idx, s_empty, s_empty,
                         all ? Py_True : Py_False};
-    c = PyObject_Vectorcall(CTX(h, C_CALL_TYPE), argv, 12, NULL);
+    c = new_call(CTX(h, C_CALL_TYPE), argv, 12);
 done:
     Py_XDECREF(counters);
     Py_XDECREF(counter);

@@ -200,7 +200,7 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     if (parent == NULL)
         goto fail;
     PyObject *argv[] = {name, s_module, cls, counter, task != -1 ? s_recompute : s_forward, path, parent};
-    c = PyObject_Vectorcall(CTX(h, C_CALL_TYPE), argv, 7, NULL);
+    c = new_call(CTX(h, C_CALL_TYPE), argv, 7);
     if (c == NULL)
         goto fail;
     int dump = PyObject_IsTrue(CTX(h, C_RECORDS_MODULES));
@@ -593,7 +593,7 @@ static int attach(Hooks *h, PyObject *c, PyObject *name, PyObject *args, PyObjec
     if (sid == NULL)
         goto done;
     PyObject *argv[] = {bname, s_module, op, counter, s_backward, mpath, parent, sid};
-    b = PyObject_Vectorcall(CTX(h, C_CALL_TYPE), argv, 8, NULL);
+    b = new_call(CTX(h, C_CALL_TYPE), argv, 8);
     if (b == NULL)
         goto done;
     PyObject *sides[2][2] = {{s_input, o}, {s_output, in}};
@@ -668,7 +668,7 @@ static int param_rows(ParamHook *ph, PyObject *grad)
     else if ((index = take_index(rec)) == NULL || PyDict_SetItem(counters, name, index) < 0)
         goto done;
     PyObject *argv[] = {name, s_module, ph->cls, k, s_parameters_grad, ph->path, s_empty, k_minus_one, index};
-    c = PyObject_Vectorcall(CTX(h, C_CALL_TYPE), argv, 9, NULL);
+    c = new_call(CTX(h, C_CALL_TYPE), argv, 9);
     if (c == NULL)
         goto done;
     PyObject *sargv[] = {name, s_module, ph->cls};
