@@ -651,6 +651,19 @@ def test_string_columns_mixing_known_new_and_missing_values(tmp_path):
     assert [by_step[(0, s)] for s in range(4)] == parents
 
 
+def test_a_new_string_on_many_rows_is_stored_once(tmp_path):
+    """A string new in a step (an optimizer's step size, the same on every parameter's rows) is interned once:
+    every row reads it back, and the strings table holds it once."""
+    vals = ["0.125", "x", "0.125", None, "0.125", "x", 3.5, "3.5"]
+    with DumpWriter(tmp_path / "d") as w:
+        w.write_step(0, {"value": vals}, {}, {}, {})
+        assert w._groups["strings"].length == len({"", "0.125", "x", "3.5"})  # the committed strings
+        w.write_step(1, {"value": ["y", "y", "0.125"]}, {}, {}, {})
+        assert w._groups["strings"].length == len({"", "0.125", "x", "3.5", "y"})
+    c = read_hdf5(tmp_path / "d").calls
+    assert c["value"].tolist() == ["0.125", "x", "0.125", "", "0.125", "x", "3.5", "3.5", "y", "y", "0.125"]
+
+
 def test_the_recorder_keeps_numpy_copies_only_of_dtypes_the_writer_stores():
     """capture (stats._NUMPY_HELD) and the store (tensor_bytes.SHARED_DTYPES) each list the dtypes kept as numpy
     copies, since neither layer imports the other's list: they must stay the same set."""

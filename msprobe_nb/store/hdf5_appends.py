@@ -90,18 +90,19 @@ class DatasetWriter:
     dataspace per block shape. A step writes several datasets right after the step's own work, and building
     these objects again for each write cost more than the write itself."""
 
-    __slots__ = ("ds", "dtype", "length", "_mtype", "_fspace", "_mspaces")
+    __slots__ = ("ds", "dtype", "length", "_id", "_mtype", "_fspace", "_mspaces")
 
     def __init__(self, ds: h5py.Dataset) -> None:
         self.ds, self.dtype = ds, ds.dtype
+        self._id = ds.id  # the low-level dataset: h5py's property makes a Python call on every read
         self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
         self._fspace = ds.id.get_space()
         self._mspaces: dict[tuple, Any] = {}
 
     def set_extent(self, shape: tuple[int, ...]) -> None:
-        self.ds.id.set_extent(shape)
-        self._fspace = self.ds.id.get_space()
+        self._id.set_extent(shape)
+        self._fspace = self._id.get_space()
         self.length = shape[0]
 
     def write_at(self, start: tuple[int, ...], block: np.ndarray) -> None:
@@ -113,7 +114,7 @@ class DatasetWriter:
                 self._mspaces.clear()
             mspace = self._mspaces[block.shape] = h5s.create_simple(block.shape)
         self._fspace.select_hyperslab(start, block.shape)
-        self.ds.id.write(mspace, self._fspace, block, self._mtype)
+        self._id.write(mspace, self._fspace, block, self._mtype)
 
 
 def append_main(ds: DatasetWriter, base: int, arr: np.ndarray) -> None:

@@ -233,9 +233,11 @@ class DumpWriter:
         # known strings without a Python-level loop; -1 marks the rest (new strings and missing values)
         ids = np.fromiter(map(self._strings.get, vals, repeat(-1)), np.int32, count=len(vals))
         new = np.flatnonzero(ids < 0).tolist()
+        strings = self._strings
         for i in new:
             v = vals[i]
-            ids[i] = missing if is_missing(v) else self._intern(v if type(v) is str else str(v))
+            k = strings.get(v) if type(v) is str else None  # a new string again (interned at its first row)
+            ids[i] = k if k is not None else missing if is_missing(v) else self._intern(v if type(v) is str else str(v))
         if not new or all(vals[i] is None for i in new):
             # every value a known string or None: equal values next step mean equal ids
             return self._remember(col, values, ids)
