@@ -765,13 +765,20 @@ static void Handler_dealloc(Handler *h)
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
+/* 1 where h was cleared (its context let go: a cycle the GC broke), with the RuntimeError set */
+static int cleared(Handler *h)
+{
+    if (h->ctx != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+    return 1;
+}
+
 /* Handler.handle(func, args, kwargs): called by the mode's Python __torch_function__ past its compile check. */
 static PyObject *Handler_handle(Handler *h, PyObject *const *argv, Py_ssize_t nargs)
 {
-    if (h->ctx == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+    if (cleared(h))
         return NULL;
-    }
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "handle(func, args, kwargs)");
         return NULL;
@@ -790,10 +797,8 @@ static PyObject *Handler_torch_function(PyObject *self, PyObject *const *argv, s
 {
     Handler *h = (Handler *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (h->ctx == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+    if (cleared(h))
         return NULL;
-    }
     if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) || nargs < 2 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, "Handler(func, types, args=(), kwargs=None), positional arguments only");
         return NULL;
@@ -815,11 +820,20 @@ static PyObject *Handler_torch_function(PyObject *self, PyObject *const *argv, s
 static PyObject *Handler_self(Handler *h, void *closure)
 {
     (void)closure;
-    if (h->ctx == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Handler: cleared");
+    return cleared(h) ? NULL : Py_NewRef(CTX(h, C_MODE));
+}
+
+/* A lookup by a C string the default way, as PyObject_GetAttrString does for a type without tp_getattr: a new str
+   of name, looked up by get (the type's tp_getattro). For the tp_getattr functions below, on the names they do not
+   answer themselves. */
+static PyObject *getattr_by_string(PyObject *obj, const char *name, getattrofunc get)
+{
+    PyObject *key = PyUnicode_FromString(name);
+    if (key == NULL)
         return NULL;
-    }
-    return Py_NewRef(CTX(h, C_MODE));
+    PyObject *res = get(obj, key);
+    Py_DECREF(key);
+    return res;
 }
 
 /* torch reads __self__ by a C string: answered without making a str; any other name goes the default way */
@@ -827,12 +841,7 @@ static PyObject *Handler_getattr(PyObject *self, char *name)
 {
     if (strcmp(name, "__self__") == 0)
         return Handler_self((Handler *)self, NULL);
-    PyObject *key = PyUnicode_FromString(name);
-    if (key == NULL)
-        return NULL;
-    PyObject *res = PyObject_GenericGetAttr(self, key);
-    Py_DECREF(key);
-    return res;
+    return getattr_by_string(self, name, PyObject_GenericGetAttr);
 }
 
 static PyGetSetDef Handler_getset[] = {
@@ -879,14 +888,8 @@ static PyObject *registered_handler; /* the __torch_function__ function of the c
 
 static PyObject *mode_getattr(PyObject *self, char *name)
 {
-    if (strcmp(name, "__torch_function__") != 0) {
-        PyObject *key = PyUnicode_FromString(name);
-        if (key == NULL)
-            return NULL;
-        PyObject *res = PyObject_GetAttr(self, key);
-        Py_DECREF(key);
-        return res;
-    }
+    if (strcmp(name, "__torch_function__") != 0)
+        return getattr_by_string(self, name, PyObject_GetAttr);
     PyObject *res = PyObject_GetAttr(self, s_torch_function_name);
     if (res == NULL || registered_handler == NULL || !PyMethod_Check(res) || PyMethod_GET_SELF(res) != self
         || PyMethod_GET_FUNCTION(res) != registered_handler)
