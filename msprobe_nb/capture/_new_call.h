@@ -13,7 +13,7 @@
 #define MSPROBE_NB_NEW_CALL_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
+#include "_slot_attrs.h"
 
 #define NEW_CALL_MAX_FIELDS 32
 
@@ -71,10 +71,8 @@ static int new_call_read(PyTypeObject *t, CallLayout *L)
     int ok = PyTuple_Check(names) && PyTuple_GET_SIZE(names) > n;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         PyObject *d = _PyType_Lookup(t, PyTuple_GET_ITEM(names, i + 1));
-        PyMemberDef *m = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
-        ok = m != NULL && m->type == T_OBJECT_EX && !(m->flags & READONLY) && ((PyMemberDescrObject *)d)->d_common.d_type == t;
-        if (ok)
-            L->offsets[i] = m->offset;
+        L->offsets[i] = member_offset(d);
+        ok = L->offsets[i] >= 0 && PyDescr_TYPE(d) == t; /* a slot of t itself */
     }
     Py_DECREF(names);
     PyObject *defaults = PyFunction_GET_DEFAULTS(init); /* borrowed, NULL when there are none */

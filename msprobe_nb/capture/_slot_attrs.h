@@ -27,19 +27,23 @@ typedef struct {
 #define SLOT_GET(obj, name) slot_get((obj), s_##name, &sc_##name)
 #define SLOT_SET(obj, name, value) slot_set((obj), s_##name, (value), &sc_##name)
 
+/* The byte offset of the writable object slot a class attribute d describes (a member descriptor), or -1 for
+   anything else. */
+static inline Py_ssize_t member_offset(PyObject *d)
+{
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX && !(m->flags & READONLY) ? m->offset : -1;
+}
+
 /* The byte offset of obj's object slot `name`, or -1 where the generic path must be taken. */
 static Py_ssize_t slot_offset(PyObject *obj, PyObject *name, SlotCache *e)
 {
     PyTypeObject *tp = Py_TYPE(obj);
     if (e->type == tp && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) && e->tag == tp->tp_version_tag)
         return e->offset;
-    PyObject *d = _PyType_Lookup(tp, name); /* borrowed; gives the type a version tag where it can */
-    Py_ssize_t off = -1;
-    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
-            off = m->offset;
-    }
+    Py_ssize_t off = member_offset(_PyType_Lookup(tp, name)); /* the lookup gives the type a version tag where it can */
     if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
         e->type = tp;
         e->tag = tp->tp_version_tag;
