@@ -823,6 +823,31 @@ def test_a_subclass_or_an_instance_attribute_keeps_its_own_handler(tmp_path):
     dbg.close()
 
 
+def test_the_lookup_read_from_the_instance_dict_keeps_getattrs_rules(tmp_path, monkeypatch):
+    """torch's lookup reads the mode's handler from its instance dict only where getattr would give the same
+    answer. A data descriptor named ``_handler`` put on the class wins over the instance dict, as getattr has
+    it; a ``__getattribute__`` put on the class takes the lookup away from the C string path altogether."""
+    dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level="L1")
+    dbg.start()
+    mode = dbg._api_mode
+    try:
+        assert _c_string_lookup(mode, b"__torch_function__") is mode._handler
+        monkeypatch.setattr(api_mode.ApiMode, "_handler", property(lambda self: None), raising=False)
+        assert "_handler" in mode.__dict__ and mode._handler is None
+        found = _c_string_lookup(mode, b"__torch_function__")
+        assert found.__func__ is api_mode.ApiMode.__torch_function__ and found.__self__ is mode
+        monkeypatch.undo()
+        assert _c_string_lookup(mode, b"__torch_function__") is mode._handler
+        monkeypatch.setattr(api_mode.ApiMode, "__getattribute__", lambda self, name: "its own way"
+                            if name == "__torch_function__" else object.__getattribute__(self, name), raising=False)
+        assert _c_string_lookup(mode, b"__torch_function__") == "its own way"
+        monkeypatch.undo()
+    finally:
+        api_mode._api_handler.string_lookups(api_mode.ApiMode)  # a __getattribute__ set on the class cleared it
+        dbg.stop()
+        dbg.close()
+    assert _c_string_lookup(mode, b"__torch_function__") is mode._handler
+
 def test_the_c_paths_make_calls_as_the_class_says(tmp_path, monkeypatch):
     """The C paths store a Call's fields at its slots without its Python __init__ only while Call is the plain
     dataclass: with __init__ replaced (same signature, another function) every Call goes through it, and the

@@ -309,6 +309,21 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('_api_handler.c', 'direct-other-self',
      '    if (res == NULL || registered_handler == NULL || !PyMethod_Check(res) || PyMethod_GET_SELF(res) != self',
      '    if (res == NULL || registered_handler == NULL || !PyMethod_Check(res)'),
+    ('_api_handler.c', 'dict-getattro',
+     '    if (registered_handler == NULL || t->tp_getattro != PyObject_GenericGetAttr || t->tp_dictoffset == 0',
+     '    if (registered_handler == NULL || t->tp_dictoffset == 0'),
+    ('_api_handler.c', 'dict-registered',
+     '        || _PyType_Lookup(t, s_torch_function_name) != registered_handler)\n        return NULL;',
+     '        )\n        return NULL;'),
+    ('_api_handler.c', 'dict-descriptor',
+     '    if (hd != NULL && Py_TYPE(hd)->tp_descr_set != NULL)',
+     '    if (0 && hd != NULL)'),
+    ('_api_handler.c', 'dict-own-attr',
+     '    if (PyDict_CheckExact(d) && PyDict_GetItemWithError(d, s_torch_function_name) == NULL && !PyErr_Occurred())',
+     '    if (PyDict_CheckExact(d))'),
+    ('_api_handler.c', 'dict-other-mode',
+     '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self)',
+     '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL)'),
     ('_dotted_names.h', 'names-not-kept',
      '    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))\n        return dotted((PyObject *[]){a, b}, 2);',
      '    if (1)\n        return dotted((PyObject *[]){a, b}, 2);'),
@@ -340,6 +355,8 @@ MUTANTS: list[tuple[str, str, str, str]] = [
 
 #: faults no test can see, and why
 EQUIVALENT = {
+    "dict-getattro": "Python code cannot reach it: setting __getattribute__ or __getattr__ on the class clears its "
+                     "tp_getattr with its tp_getattro, so torch's lookup no longer comes to mode_getattr",
     "strided-order": "ordering the dimensions by stride only lets them merge into longer runs; in any order the "
                      "odometer reads each element once, so the statistics differ by summation order at most",
     "direction": "the C path never runs inside autograd's backward: autograd runs nodes without the mode, and a "

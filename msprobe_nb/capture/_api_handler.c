@@ -886,10 +886,44 @@ static PyTypeObject HandlerType = {
 static PyObject *s_torch_function_name, *s_handler_name;
 static PyObject *registered_handler; /* the __torch_function__ function of the class string_lookups was given */
 
+/* The answer of mode_getattr below read without getattr: where the mode's class reads attributes the default way,
+   its __torch_function__ is the registered function (a function: not a data descriptor) and its instance dict
+   holds no __torch_function__, getattr would bind that function to the mode; where, besides, no data descriptor
+   named _handler is on the class and the instance dict's _handler is the mode's own Handler, that handler is the
+   answer. A borrowed reference; NULL (no exception) where any of this does not hold, for the getattr path.
+   getattr would make a bound method only to compare and drop it, twice on every call torch dispatches. */
+static PyObject *dict_handler(PyObject *self)
+{
+    PyTypeObject *t = Py_TYPE(self);
+    if (registered_handler == NULL || t->tp_getattro != PyObject_GenericGetAttr || t->tp_dictoffset == 0
+        || _PyType_Lookup(t, s_torch_function_name) != registered_handler)
+        return NULL;
+    PyObject *hd = _PyType_Lookup(t, s_handler_name);
+    if (hd != NULL && Py_TYPE(hd)->tp_descr_set != NULL)
+        return NULL;
+    PyObject *d = PyObject_GenericGetDict(self, NULL);
+    if (d == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *h = NULL;
+    if (PyDict_CheckExact(d) && PyDict_GetItemWithError(d, s_torch_function_name) == NULL && !PyErr_Occurred())
+        h = PyDict_GetItemWithError(d, s_handler_name);
+    if (h == NULL && PyErr_Occurred())
+        PyErr_Clear(); /* the getattr path meets it again */
+    Py_DECREF(d); /* the mode holds it, and the dict holds h */
+    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self)
+        return h;
+    return NULL;
+}
+
 static PyObject *mode_getattr(PyObject *self, char *name)
 {
     if (strcmp(name, "__torch_function__") != 0)
         return getattr_by_string(self, name, PyObject_GetAttr);
+    PyObject *direct = dict_handler(self);
+    if (direct != NULL)
+        return Py_NewRef(direct);
     PyObject *res = PyObject_GetAttr(self, s_torch_function_name);
     if (res == NULL || registered_handler == NULL || !PyMethod_Check(res) || PyMethod_GET_SELF(res) != self
         || PyMethod_GET_FUNCTION(res) != registered_handler)
