@@ -322,7 +322,8 @@ MUTANTS: list[tuple[str, str, str, str]] = [
      '    if (PyDict_CheckExact(d) && PyDict_GetItemWithError(d, s_torch_function_name) == NULL && !PyErr_Occurred())',
      '    if (PyDict_CheckExact(d))'),
     ('_api_handler.c', 'dict-other-mode',
-     '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self)',
+     '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL'
+     ' && CTX((Handler *)h, C_MODE) == self)',
      '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL)'),
     ('_dotted_names.h', 'names-not-kept',
      '    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))\n        return dotted((PyObject *[]){a, b}, 2);',
