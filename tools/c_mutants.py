@@ -325,12 +325,6 @@ MUTANTS: list[tuple[str, str, str, str]] = [
      '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL'
      ' && CTX((Handler *)h, C_MODE) == self)',
      '    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL)'),
-    ('_dotted_names.h', 'names-not-kept',
-     '    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))\n        return dotted((PyObject *[]){a, b}, 2);',
-     '    if (1)\n        return dotted((PyObject *[]){a, b}, 2);'),
-    ('_dotted_names.h', 'names-unbounded',
-     '    if (name_cache_size >= NAME_CACHE_LIMIT) {',
-     '    if (0) {'),
     ('_row_builder.c', 'rb-tuple-leaf',
      '    int leaf = !(PyList_Check(value) || PyTuple_Check(value) || PyDict_Check(value));',
      '    int leaf = !(PyList_Check(value) || PyDict_Check(value));'),

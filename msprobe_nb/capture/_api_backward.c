@@ -523,9 +523,9 @@ static PyObject *backward_names(PyObject *ctx, PyObject *c, PyObject **parent)
     int tail = PyUnicode_Check(call) ? (int)PyUnicode_Tailmatch(call, s_dot_forward, 0, PY_SSIZE_T_MAX, 1) : 0;
     if (tail < 0)
         goto done;
-    if (tail) { /* call[:-7] + "backward", kept as joined() keeps names */
-        PyObject *head = PyUnicode_Substring(call, 0, PyUnicode_GET_LENGTH(call) - 8);
-        bname = head != NULL ? joined(head, s_backward) : NULL;
+    if (tail) { /* call[:-7] + "backward" */
+        PyObject *head = PyUnicode_Substring(call, 0, PyUnicode_GET_LENGTH(call) - 7);
+        bname = head != NULL ? PyUnicode_Concat(head, s_backward) : NULL;
         Py_XDECREF(head);
     } else {
         bname = PyObject_CallOneArg(CTX(ctx, C_BACKWARD_NAME), call);

@@ -287,7 +287,7 @@ static int add_rows_c(PyObject *rec, PyObject *py_add_rows, PyObject *c, PyObjec
                       PyObject *io, PyObject *io_code, PyObject *value, PyObject *prefix, int is_kwarg,
                       int set_producer)
 {
-    PyObject *base = joined(name, io);
+    PyObject *base = dotted((PyObject *[]){name, io}, 2);
     if (base == NULL)
         return -1;
     int r = add_rows_base(rec, py_add_rows, c, name, base, direction, io, io_code, value, prefix, is_kwarg,

@@ -191,7 +191,7 @@ static PyObject *open_api(Handler *h, PyObject *resolved, PyFrameObject *frame, 
     }
     Py_DECREF(next);
     PyObject *count = count_text(counter);
-    name = count != NULL ? joined_n((PyObject *[]){family, op, count, s_forward}, 4) : NULL; /* naming.api_call_name */
+    name = count != NULL ? dotted((PyObject *[]){family, op, count, s_forward}, 4) : NULL; /* naming.api_call_name */
     Py_XDECREF(count);
     stack = SLOT_GET(rec, module_stack);
     if (name == NULL || stack == NULL)

@@ -6,11 +6,6 @@
  * anything else goes through PyUnicode_Join, so the result is always the str that ".".join() gives.
  * index_text(i): str(i), the strings of 0..INDEX_TEXTS-1 made once per translation unit and shared;
  * indexed(path, i): f"{path}.{i}" from them.
- * joined(a, b), joined_n(parts, n): the same dotted names, kept: joining the same strs again gives the str made
- * the first time. A training loop names the same calls and rows step after step; a name made anew each time was
- * an allocation held until the step's end, hashed again by the writer's lookups and compared character by
- * character with the last step's. The cache (per translation unit) is emptied when it holds NAME_CACHE_LIMIT
- * names, so names that never repeat cost one dict entry each for a while, never unbounded memory.
  */
 #ifndef MSPROBE_NB_DOTTED_NAMES_H
 #define MSPROBE_NB_DOTTED_NAMES_H
@@ -90,73 +85,12 @@ static inline PyObject *dotted(PyObject *const *parts, Py_ssize_t n)
     return out;
 }
 
-#define NAME_CACHE_LIMIT 65536
-
-static PyObject *name_cache;       /* a -> {b -> f"{a}.{b}"}, exact strs only */
-static Py_ssize_t name_cache_size; /* names held */
-
-/* f"{a}.{b}" for strs: a new reference, the same object while the cache holds it; NULL with an exception set on
-   error. Equal strs are the same key, so the name is the one ".".join() gives whichever object asks. */
-static inline PyObject *joined(PyObject *a, PyObject *b)
-{
-    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))
-        return dotted((PyObject *[]){a, b}, 2);
-    if (name_cache == NULL && (name_cache = PyDict_New()) == NULL)
-        return NULL;
-    PyObject *inner = PyDict_GetItemWithError(name_cache, a); /* borrowed */
-    if (inner != NULL) {
-        PyObject *got = PyDict_GetItemWithError(inner, b);
-        if (got != NULL)
-            return Py_NewRef(got);
-    }
-    if (PyErr_Occurred())
-        return NULL;
-    PyObject *out = dotted((PyObject *[]){a, b}, 2);
-    if (out == NULL)
-        return NULL;
-    if (name_cache_size >= NAME_CACHE_LIMIT) {
-        PyDict_Clear(name_cache);
-        name_cache_size = 0;
-        inner = NULL;
-    }
-    if (inner == NULL) {
-        inner = PyDict_New();
-        int failed = inner == NULL || PyDict_SetItem(name_cache, a, inner) < 0;
-        Py_XDECREF(inner); /* the cache holds it */
-        if (failed) {
-            Py_DECREF(out);
-            return NULL;
-        }
-    }
-    if (PyDict_SetItem(inner, b, out) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    name_cache_size++;
-    return out;
-}
-
-/* ".".join(parts[:n]) as joined() gives it, pair by pair from the left: a new reference; NULL on error */
-static inline PyObject *joined_n(PyObject *const *parts, Py_ssize_t n)
-{
-    if (n < 1)
-        return dotted(parts, n);
-    PyObject *acc = Py_NewRef(parts[0]);
-    if (n == 1 && !PyUnicode_Check(acc)) {
-        Py_DECREF(acc);
-        return dotted(parts, 1); /* its TypeError */
-    }
-    for (Py_ssize_t j = 1; acc != NULL && j < n; j++)
-        Py_SETREF(acc, joined(acc, parts[j]));
-    return acc;
-}
-
 /* f"{path}.{i}", or str(i) where path is NULL: the path of a sequence's item i */
 static inline PyObject *indexed(PyObject *path, Py_ssize_t i)
 {
     PyObject *text = index_text(i);
     if (text != NULL && path != NULL)
-        Py_SETREF(text, joined(path, text));
+        Py_SETREF(text, dotted((PyObject *[]){path, text}, 2));
     return text;
 }
 

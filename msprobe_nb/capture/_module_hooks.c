@@ -178,7 +178,7 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
         goto fail;
     }
     text = PyObject_Str(cls); /* the class name itself where it is a str */
-    key = text != NULL ? joined_n((PyObject *[]){s_module, path, text}, 3) : NULL; /* Recorder.next_counter(f"Module.{path}.{cls}") */
+    key = text != NULL ? dotted((PyObject *[]){s_module, path, text}, 3) : NULL; /* Recorder.next_counter(f"Module.{path}.{cls}") */
     if (key == NULL)
         goto fail;
     counter = PyDict_GetItemWithError(counters, key);
@@ -189,7 +189,7 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     if (next == NULL || PyDict_SetItem(counters, key, next) < 0)
         goto fail;
     count = count_text(counter);
-    name = count != NULL ? joined_n((PyObject *[]){key, s_forward, count}, 3) : NULL; /* naming.module_call_name */
+    name = count != NULL ? dotted((PyObject *[]){key, s_forward, count}, 3) : NULL; /* naming.module_call_name */
     gt = PyObject_CallNoArgs(CTX(h, C_GRAPH_TASK_ID));
     if (name == NULL || gt == NULL)
         goto fail;
@@ -656,7 +656,7 @@ static int param_rows(ParamHook *ph, PyObject *grad)
     if (next == NULL || PyDict_SetItem(counters, ph->key, next) < 0)
         goto done;
     PyObject *count = count_text(k);
-    name = count != NULL ? joined_n((PyObject *[]){s_module, ph->path, ph->cls, s_parameters_grad, count}, 5) : NULL;
+    name = count != NULL ? dotted((PyObject *[]){s_module, ph->path, ph->cls, s_parameters_grad, count}, 5) : NULL;
     Py_XDECREF(count);
     if (name == NULL)
         goto done;

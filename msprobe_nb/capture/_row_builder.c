@@ -601,7 +601,7 @@ static int add_leaf(Rows *r, PyObject *path, PyObject *leaf)
             name = r->base;
             Py_INCREF(name);
         } else {
-            name = joined(r->base, path);
+            name = dotted((PyObject *[]){r->base, path}, 2);
             if (name == NULL)
                 return -1;
         }
@@ -733,7 +733,7 @@ static int add_value(Rows *r, PyObject *value, PyObject *prefix)
             PyObject *path;
             if (has_prefix) {  /* f"{prefix}.{key}" */
                 PyObject *text = PyObject_Format(key, s_empty);
-                path = text == NULL ? NULL : joined(prefix, text);
+                path = text == NULL ? NULL : dotted((PyObject *[]){prefix, text}, 2);
                 Py_XDECREF(text);
             } else if (PyUnicode_CheckExact(key)) {
                 path = key;
