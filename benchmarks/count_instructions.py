@@ -14,6 +14,13 @@ Run from the repository root (needs valgrind and the ``bench`` extra)::
     python benchmarks/count_instructions.py --models vit --levels none,L1 --trees base=/tmp/base,new=.
 
 It prints millions of instructions per step, and each level's count over the plain step's (``none``).
+
+``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``) and prints the misses a step and
+an estimate of its cycles: Ir + 10 x (first-level misses) + 100 x (last-level misses), the weights
+KCachegrind's "cycle estimation" uses. The last level is simulated at ``--ll-kib`` (512 KiB by default, this
+machine's per-core L2: the model's own step leaves its data there, and what the kit reads after it misses it).
+A change that runs fewer instructions can still cost more where it touches memory the step has left cold, and
+only this count shows it without timing noise.
 """
 from __future__ import annotations
 
@@ -75,15 +82,42 @@ def flag_path(tmp: str, name: str, level: str) -> str:
     return os.path.join(tempfile.mkdtemp(dir=tmp, prefix=f"{name}-{level}-"), "flag")
 
 
-def count(name: str, level: str, steps: int, tree: Path, tmp: str) -> float:
-    """Instructions per step of ``steps`` steps of model ``name`` at ``level`` (``none``: without the kit)."""
+def valgrind_args(out: str, cache_sim: bool = False, ll_kib: int = 512) -> list[str]:
+    """callgrind's command line: counting off until the child's steps begin, and the caches simulated on
+    request (first levels as valgrind finds them on this CPU, the last level ``ll_kib`` KiB, 8-way)."""
+    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    if cache_sim:
+        args += ["--cache-sim=yes", f"--LL={ll_kib * 1024},8,64"]
+    return args
+
+
+def parse_events(err: str) -> dict[str, int]:
+    """callgrind's totals from its stderr: event name -> count (``Ir`` alone without the cache simulation)."""
+    got = re.search(r"Collected : ([\d ]+)", err)
+    if got is None:
+        return {}
+    names = re.search(r"Events\s*:\s*([A-Za-z0-9 ]+)", err)
+    counts = [int(x) for x in got.group(1).split()]
+    return dict(zip(names.group(1).split() if names else ["Ir"], counts))
+
+
+def estimated_cycles(ev: dict[str, float]) -> float:
+    """Ir + 10 x first-level misses + 100 x last-level misses (KCachegrind's cycle estimation)."""
+    first = sum(ev.get(k, 0) for k in ("I1mr", "D1mr", "D1mw"))
+    last = sum(ev.get(k, 0) for k in ("ILmr", "DLmr", "DLmw"))
+    return ev["Ir"] + 10 * first + 100 * last
+
+
+def count(name: str, level: str, steps: int, tree: Path, tmp: str, cache_sim: bool = False,
+          ll_kib: int = 512) -> dict[str, float]:
+    """callgrind's events per step of ``steps`` steps of model ``name`` at ``level`` (``none``: without the kit):
+    ``Ir`` (instructions), and with ``cache_sim`` the cache misses too."""
     flag = flag_path(tmp, name, level)
     out = flag + ".callgrind"
     code = _CHILD.format(bench=str(HERE), name=name, steps=steps, level=level, flag=flag, tmp=tmp)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                             sys.executable, "-c", code], env=env, cwd=tmp,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*valgrind_args(out, cache_sim, ll_kib), sys.executable, "-c", code], env=env,
+                            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait(flag + ".ready", proc, "its warm-up ended")
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
@@ -95,10 +129,25 @@ def count(name: str, level: str, steps: int, tree: Path, tmp: str) -> float:
     finally:
         if proc.poll() is None:
             proc.kill()
-    got = re.search(r"Collected : (\d+)", err)
-    if proc.returncode != 0 or got is None:
+    ev = parse_events(err)
+    if proc.returncode != 0 or "Ir" not in ev:
         raise RuntimeError(f"callgrind gave no count for {name} {level} (exit {proc.returncode}):\n{err[-2000:]}")
-    return int(got.group(1)) / steps
+    return {k: v / steps for k, v in ev.items()}
+
+
+def describe(ev: dict[str, float], plain: dict[str, float] | None) -> str:
+    """One count's line: instructions a step, and with the cache simulation its misses and estimated cycles,
+    each with its multiple of the plain step's."""
+    text = f"{ev['Ir'] / 1e6:.2f}M instructions a step"
+    if plain is not None:
+        text += f"  {ev['Ir'] / plain['Ir']:.3f}x of none"
+    if "DLmr" in ev:
+        d1, ll = ev["D1mr"] + ev["D1mw"], ev["DLmr"] + ev["DLmw"]
+        text += f"; misses a step: I1 {ev['I1mr'] / 1e3:.0f}K, D1 {d1 / 1e3:.0f}K, LL {ll / 1e3:.0f}K"
+        text += f"; {estimated_cycles(ev) / 1e6:.2f}M estimated cycles"
+        if plain is not None and "DLmr" in plain:
+            text += f"  {estimated_cycles(ev) / estimated_cycles(plain):.3f}x of none"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default="none,L1", help="comma list of none, L0, L1, mix (default: none,L1)")
     ap.add_argument("--steps", type=int, default=5, help="counted steps (default 5)")
     ap.add_argument("--trees", default="", help="name=path,... of msprobe_nb trees to compare (default: this one)")
+    ap.add_argument("--cache-sim", action="store_true", help="simulate the caches: misses and estimated cycles")
+    ap.add_argument("--ll-kib", type=int, default=512, help="simulated last-level cache in KiB (default 512)")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: nothing counted")
@@ -115,14 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         or [("this tree", HERE.parent)]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            plain = None
+            plain: dict[str, float] | None = None
             for level in args.levels.split(","):
                 for label, tree in trees if level != "none" else trees[:1]:
-                    n = count(name, level, args.steps, tree, tmp)
-                    plain = n if level == "none" else plain
-                    ratio = f"  {n / plain:.3f}x of none" if plain and level != "none" else ""
+                    ev = count(name, level, args.steps, tree, tmp, args.cache_sim, args.ll_kib)
+                    plain = ev if level == "none" else plain
                     who = f" ({label})" if level != "none" and len(trees) > 1 else ""
-                    print(f"{name} {level}{who}: {n / 1e6:.2f}M instructions a step{ratio}", flush=True)
+                    print(f"{name} {level}{who}: {describe(ev, plain if level != 'none' else None)}", flush=True)
     return 0
 
 

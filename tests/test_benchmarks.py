@@ -180,3 +180,22 @@ def test_each_count_has_its_own_handshake_files(tmp_path):
     a, b = (counting.flag_path(str(tmp_path), "vit", "L1") for _ in range(2))
     assert a != b and os.path.dirname(a) != os.path.dirname(b)
     assert all(os.path.dirname(p).startswith(str(tmp_path)) for p in (a, b))
+
+
+def test_the_cache_simulation_is_asked_for_parsed_and_weighed():
+    """--cache-sim adds callgrind's cache simulation with the last level at the size asked, reads every event
+    callgrind reports, and estimates cycles with KCachegrind's weights (10 a first-level miss, 100 a last-level
+    one)."""
+    plain = counting.valgrind_args("/t/o")
+    assert "--cache-sim=yes" not in plain and "--instr-atstart=no" in plain
+    assert counting.valgrind_args("/t/o", True, 512)[-2:] == ["--cache-sim=yes", "--LL=524288,8,64"]
+    err = ("==1== Events    : Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+           "==1== Collected : 1000 400 200 30 20 10 3 2 1\n")
+    ev = counting.parse_events(err)
+    assert ev == {"Ir": 1000, "Dr": 400, "Dw": 200, "I1mr": 30, "D1mr": 20, "D1mw": 10, "ILmr": 3, "DLmr": 2,
+                  "DLmw": 1}
+    assert counting.estimated_cycles(ev) == 1000 + 10 * 60 + 100 * 6
+    assert counting.parse_events("==1== Collected : 5000\n") == {"Ir": 5000}
+    line = counting.describe({k: v / 2 for k, v in ev.items()}, {k: v / 4 for k, v in ev.items()})
+    assert line.startswith("0.00M instructions a step  2.000x of none; misses a step: I1 0K")
+    assert line.endswith("estimated cycles  2.000x of none")
