@@ -756,3 +756,61 @@ def test_a_waiting_mark_and_the_next_commit_across_an_index_block(tmp_path, monk
     assert parts.calls["step"].tolist()[-2:] == [INDEX_BLOCK - 2, INDEX_BLOCK]
     assert parts.calls["name"].tolist()[-1] == "last"
 
+
+
+def test_the_c_packer_writes_the_records_numpy_writes(tmp_path, monkeypatch):
+    """A step's new rows go into their tail's records through _pack_records where it is built: every dataset of
+    the file (tails, main chunks, commit rows with their crc32) is byte for byte the one numpy's field by field
+    packing gives."""
+    from msprobe_nb.store import hdf5_appends
+    if hdf5_appends._pack_records is None:
+        pytest.skip("the C packer is not built here (no C compiler at install)")
+    chunk = GROUPS["calls"][0]
+    rng = np.random.default_rng(5)
+
+    def steps(w: DumpWriter) -> None:
+        for step, n in enumerate((3, chunk - 1, 700, chunk + 5)):
+            w.write_step(step, {"call_index": list(range(n)), "max": rng.standard_normal(n).tolist(),
+                                "numel": [int(v) for v in rng.integers(0, 1 << 40, n)],
+                                "is_kwarg": (np.arange(n) % 3 == 0).tolist(), "name": [f"n{i % 7}" for i in range(n)]})
+
+    def datasets(path: Path) -> dict:
+        out = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        return out
+
+    with DumpWriter(tmp_path / "c") as w:
+        assert all(g.fields[0] is not None for g in w._groups.values())  # every group packs in C here
+        steps(w)
+    monkeypatch.setattr(hdf5_appends, "_pack_records", None)
+    rng = np.random.default_rng(5)
+    with DumpWriter(tmp_path / "py") as w:
+        steps(w)
+    c, py = datasets(tmp_path / "c" / "rank0.h5"), datasets(tmp_path / "py" / "rank0.h5")
+    assert c.keys() == py.keys() and "tail/calls" in c
+    for name in c:
+        assert c[name].dtype == py[name].dtype and c[name].tobytes() == py[name].tobytes(), name
+
+
+def test_the_c_packer_refuses_what_does_not_fit():
+    from msprobe_nb.store import hdf5_appends
+    pack = getattr(hdf5_appends._pack_records, "pack", None)
+    if pack is None:
+        pytest.skip("the C packer is not built here (no C compiler at install)")
+    rec = np.dtype([("a", "<i4"), ("b", "<f8"), ("c", "u1")])
+    out = np.zeros(4, rec)
+    a, b, c = np.arange(6, dtype=np.int32), np.linspace(0, 1, 6), np.arange(6, dtype=np.uint8)
+    fields = tuple((rec.fields[k][1], v) for k, v in zip("abc", (a, b, c)))
+    pack(out.view(np.uint8), rec.itemsize, 2, fields)
+    assert out["a"].tolist() == out["c"].tolist() == [2, 3, 4, 5] and out["b"].tolist() == b[2:].tolist()
+    with pytest.raises(ValueError, match="does not fit"):
+        pack(out.view(np.uint8), rec.itemsize, 3, fields)  # columns too short from row 3
+    with pytest.raises(ValueError, match="does not fit"):
+        pack(out.view(np.uint8), rec.itemsize, 0, ((rec.itemsize - 2, b),))  # a field past the record's end
+    with pytest.raises(ValueError, match="whole records"):
+        pack(out.view(np.uint8), rec.itemsize + 1, 0, fields)
+    with pytest.raises(TypeError, match="offset, column"):
+        pack(out.view(np.uint8), rec.itemsize, 0, ((0,),))
+    with pytest.raises(TypeError):
+        pack(out.view(np.uint8)[::2], rec.itemsize, 0, fields)  # not contiguous
