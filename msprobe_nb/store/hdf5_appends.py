@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import json
 import zlib
-from types import ModuleType
 from typing import Any
 
 import h5py
 import numpy as np
 from h5py import h5s, h5t
-
-_pack_records: ModuleType | None
-try:  # optional C extension (setup.py): a step's new rows packed into records in one pass
-    from msprobe_nb.store import _pack_records
-except ImportError:  # pragma: no cover - built wherever a C compiler is found
-    _pack_records = None
 
 
 class ColumnGroup:
@@ -55,9 +48,6 @@ class ColumnGroup:
         self.cols = tuple({p: np.empty(chunk, np.dtype(dt)) for p, dt in columns.items()} for _ in range(2))
         # a step's new records, packed for the tail write (pages are touched only as far as a step reaches)
         self.packed = np.empty(chunk, self.record)
-        # each slot's (offset, column) pairs for _pack_records, where the columns' bytes are the records' fields
-        self.fields = tuple(_fields(self.record, cols) for cols in self.cols) if _pack_records is not None \
-            else (None, None)
 
     def state(self) -> tuple[int, int, int]:
         return self.length, self.slot, self.crc
@@ -77,7 +67,7 @@ class ColumnGroup:
             cols = self.cols[self.slot]
             for p in self.names:
                 cols[p][t:t + n] = data[p]
-            raw = self._pack(self.slot, t, n)
+            raw = self._pack(cols, t, n)
             _write_tail(self.tail, self.slot, t, raw)
             return self.length + n, self.slot, zlib.crc32(raw, self.crc)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
         # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
@@ -89,39 +79,20 @@ class ColumnGroup:
             col = np.concatenate([prev[p][:t], np.asarray(data[p], ds.dtype)])
             append_main(ds, base, col[:full])
             rest[p][:left] = col[full:]
-        raw = self._pack(1 - self.slot, 0, left)
+        raw = self._pack(rest, 0, left)
         if left:
             _write_tail(self.tail, 1 - self.slot, 0, raw)
         return self.length + n, 1 - self.slot, zlib.crc32(raw)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
 
-    def _pack(self, slot: int, start: int, n: int) -> np.ndarray:
-        """Rows ``start:start + n`` of slot ``slot``'s columns as records' bytes ``(n, record size)``."""
+    def _pack(self, cols: dict[str, np.ndarray], start: int, n: int) -> np.ndarray:
+        """Rows ``start:start + n`` of ``cols`` as records' bytes ``(n, record size)``."""
         rec = self.packed[:n]
-        raw = rec.view(np.uint8).reshape(n, self.record.itemsize)
-        fields = self.fields[slot]
-        if fields is not None and _pack_records is not None:
-            _pack_records.pack(raw, self.record.itemsize, start, fields)
-            return raw
-        cols = self.cols[slot]
         for p in self.names:
             rec[p] = cols[p][start:start + n]
-        return raw
+        return rec.view(np.uint8).reshape(n, self.record.itemsize)
 
     def commit(self, state: tuple[int, int, int]) -> None:
         self.length, self.slot, self.crc = state
-
-
-def _fields(record: np.dtype, cols: dict[str, np.ndarray]) -> tuple | None:
-    """(offset, column) of each record field, where every column holds its field's bytes as they are (the same
-    width and byte order); None where one does not (numpy's assignments convert them)."""
-    out = []
-    for p, arr in cols.items():
-        dt, off = record.fields[p][0], record.fields[p][1]  # type: ignore[index]
-        if dt.itemsize != arr.dtype.itemsize or dt.newbyteorder("=") != arr.dtype.newbyteorder("=") \
-                or not dt.isnative or not arr.dtype.isnative:
-            return None
-        out.append((off, arr))
-    return tuple(out)
 
 
 class DatasetWriter:
