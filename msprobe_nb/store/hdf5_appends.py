@@ -42,12 +42,8 @@ class ColumnGroup:
         self.tail = DatasetWriter(tail)
         # committed length, tail slot, and crc32 of the committed rows of that slot (their record bytes)
         self.length, self.slot, self.crc = 0, 0, 0
-        # the rows of each tail slot, column by column: appended in place, so a step never copies the older
-        # rows, and a filled chunk reads its columns contiguously (read from records, every value of a column
-        # was a cache line of its own, and the chunk's records had left the caches by then)
-        self.cols = tuple({p: np.empty(chunk, np.dtype(dt)) for p, dt in columns.items()} for _ in range(2))
-        # a step's new records, packed for the tail write (pages are touched only as far as a step reaches)
-        self.packed = np.empty(chunk, self.record)
+        # the rows of each tail slot, as records: appended in place, so a step never copies the older rows
+        self.bufs = (np.empty(chunk, self.record), np.empty(chunk, self.record))
 
     def state(self) -> tuple[int, int, int]:
         return self.length, self.slot, self.crc
@@ -55,41 +51,34 @@ class ColumnGroup:
     def stage(self, data: dict[str, np.ndarray]) -> tuple[int, int, int]:
         """Write ``data`` beyond the committed rows; returns the state to commit.
 
-        Only rows past the committed ones are touched, in the file and in ``cols``, so a step that fails
+        Only rows past the committed ones are touched, in the file and in ``bufs``, so a step that fails
         after staging leaves the committed state as it was. The tail's crc32 goes on from the committed
         rows' (only the new bytes are summed).
         """
         n = len(next(iter(data.values())))
         c, t = self.chunk, self.length % self.chunk
         if t + n < c:
+            rec = self.bufs[self.slot][t:t + n]
+            for p in self.names:
+                rec[p] = data[p]
             if not n:
                 return self.length, self.slot, self.crc
-            cols = self.cols[self.slot]
-            for p in self.names:
-                cols[p][t:t + n] = data[p]
-            raw = self._pack(cols, t, n)
+            raw = rec.view(np.uint8).reshape(n, self.record.itemsize)
             _write_tail(self.tail, self.slot, t, raw)
             return self.length + n, self.slot, zlib.crc32(raw, self.crc)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
         # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
         # of all its columns); only the leftover rows are packed, into the other slot.
         full = (t + n) // c * c
-        prev, rest = self.cols[self.slot], self.cols[1 - self.slot]
-        base, left = self.length - t, t + n - full
+        prev, rest = self.bufs[self.slot][:t], self.bufs[1 - self.slot][:t + n - full]
+        base = self.length - t
         for p, ds in self.main.items():
-            col = np.concatenate([prev[p][:t], np.asarray(data[p], ds.dtype)])
+            col = np.concatenate([prev[p], np.asarray(data[p], ds.dtype)])
             append_main(ds, base, col[:full])
-            rest[p][:left] = col[full:]
-        raw = self._pack(rest, 0, left)
-        if left:
+            rest[p] = col[full:]
+        raw = rest.view(np.uint8).reshape(len(rest), self.record.itemsize)
+        if len(rest):
             _write_tail(self.tail, 1 - self.slot, 0, raw)
         return self.length + n, 1 - self.slot, zlib.crc32(raw)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
-
-    def _pack(self, cols: dict[str, np.ndarray], start: int, n: int) -> np.ndarray:
-        """Rows ``start:start + n`` of ``cols`` as records' bytes ``(n, record size)``."""
-        rec = self.packed[:n]
-        for p in self.names:
-            rec[p] = cols[p][start:start + n]
-        return rec.view(np.uint8).reshape(n, self.record.itemsize)
 
     def commit(self, state: tuple[int, int, int]) -> None:
         self.length, self.slot, self.crc = state
