@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from msprobe_nb.store.hdf5_layout import COMMIT_MAGIC, INDEX_POS, INT_NA, TENSOR_CHUNK_BYTES
+from msprobe_nb.store.hdf5_layout import COMMIT_MAGIC, GROUPS, INDEX_POS, INT_NA, TENSOR_CHUNK_BYTES
 from msprobe_nb.store.hdf5_reader import read_hdf5
 from msprobe_nb.store.hdf5_writer import DumpWriter
 from msprobe_nb.store.schema import Coded
@@ -176,6 +176,35 @@ def test_a_step_whose_commit_failed_leaves_nothing_and_the_next_one_commits(tmp_
     assert parts.calls["step"].tolist() == [0, 2, 2]
     assert parts.meta["dropped_steps"] == [1]
     assert parts.stacks[2] == ["z.py:3"] and parts.stacks[1] == ["x.py:1"]
+
+
+def test_a_failed_step_across_a_chunk_boundary_leaves_the_committed_rows_whole(tmp_path, monkeypatch):
+    """A step that fills the calls chunk writes the chunk to the main datasets and its leftover rows to the other
+    tail slot; when its commit fails, the next step starts again from the committed rows of the first slot, so
+    the file holds exactly the committed steps' rows."""
+    chunk = GROUPS["calls"][0]
+    d = tmp_path / "d"
+
+    def rows(step: int, n: int) -> dict:
+        return {"call_index": list(range(n)), "max": [step * 1e5 + i for i in range(n)]}
+
+    with DumpWriter(d) as w:
+        w.write_step(0, rows(0, chunk - 100))
+        real = w._append_index
+
+        def fail(row):
+            raise OSError(errno.EIO, "I/O error")
+        monkeypatch.setattr(w, "_append_index", fail)
+        with pytest.raises(OSError):
+            w.write_step(1, rows(1, chunk + 300))  # fills this chunk and the next, and 200 rows beyond
+        monkeypatch.setattr(w, "_append_index", real)
+        w.write_step(2, rows(2, 250))  # fills the chunk too, from the committed rows
+        w.write_step(3, rows(3, chunk // 2))
+    calls = read_hdf5(d).calls
+    want = [rows(0, chunk - 100), rows(2, 250), rows(3, chunk // 2)]
+    assert calls["step"].tolist() == [0] * (chunk - 100) + [2] * 250 + [3] * (chunk // 2)
+    assert calls["max"].tolist() == [v for r in want for v in r["max"]]
+    assert calls["call_index"].tolist() == [v for r in want for v in r["call_index"]]
 
 
 def test_the_first_step_failing_keeps_the_empty_string_as_id_zero(tmp_path):
