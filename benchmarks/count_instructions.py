@@ -19,8 +19,10 @@ It prints millions of instructions per step, and each level's count over the pla
 an estimate of its cycles: Ir + 10 x (first-level misses) + 100 x (last-level misses), the weights
 KCachegrind's "cycle estimation" uses. The last level is simulated at ``--ll-kib`` (512 KiB by default, this
 machine's per-core L2: the model's own step leaves its data there, and what the kit reads after it misses it).
-A change that runs fewer instructions can still cost more where it touches memory the step has left cold, and
-only this count shows it without timing noise.
+A change that runs fewer instructions can still cost more where it touches memory the step has left cold (Python
+objects, dicts), and this count shows it without timing noise. The simulation has no prefetcher: strided and
+sequential reads it counts as misses are cheap on a real CPU, so a change it favours still needs a timed check
+(benchmarks/README.md, "Counting the caches, and where they mislead").
 """
 from __future__ import annotations
 
@@ -143,7 +145,8 @@ def describe(ev: dict[str, float], plain: dict[str, float] | None) -> str:
         text += f"  {ev['Ir'] / plain['Ir']:.3f}x of none"
     if "DLmr" in ev:
         d1, ll = ev["D1mr"] + ev["D1mw"], ev["DLmr"] + ev["DLmw"]
-        text += f"; misses a step: I1 {ev['I1mr'] / 1e3:.0f}K, D1 {d1 / 1e3:.0f}K, LL {ll / 1e3:.0f}K"
+        text += (f"; misses a step: I1 {ev['I1mr'] / 1e3:.0f}K, D1 {d1 / 1e3:.0f}K, LL {ll / 1e3:.0f}K"
+                 f" (code {ev['ILmr'] / 1e3:.0f}K)")
         text += f"; {estimated_cycles(ev) / 1e6:.2f}M estimated cycles"
         if plain is not None and "DLmr" in plain:
             text += f"  {estimated_cycles(ev) / estimated_cycles(plain):.3f}x of none"
