@@ -886,6 +886,13 @@ static PyTypeObject HandlerType = {
 static PyObject *s_torch_function_name, *s_handler_name;
 static PyObject *registered_handler; /* the __torch_function__ function of the class string_lookups was given */
 
+/* 1 where h is the C handler made for this mode (and not cleared): the one answer mode_getattr gives in its place */
+static int own_handler(PyObject *h, PyObject *mode)
+{
+    return h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL
+           && CTX((Handler *)h, C_MODE) == mode;
+}
+
 /* The answer of mode_getattr below read without getattr: where the mode's class reads attributes the default way,
    its __torch_function__ is the registered function (a function: not a data descriptor) and its instance dict
    holds no __torch_function__, getattr would bind that function to the mode; where, besides, no data descriptor
@@ -912,9 +919,7 @@ static PyObject *dict_handler(PyObject *self)
     if (h == NULL && PyErr_Occurred())
         PyErr_Clear(); /* the getattr path meets it again */
     Py_DECREF(d); /* the mode holds it, and the dict holds h */
-    if (h != NULL && Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self)
-        return h;
-    return NULL;
+    return own_handler(h, self) ? h : NULL;
 }
 
 static PyObject *mode_getattr(PyObject *self, char *name)
@@ -937,7 +942,7 @@ static PyObject *mode_getattr(PyObject *self, char *name)
         PyErr_Clear();
         return res;
     }
-    if (Py_IS_TYPE(h, &HandlerType) && ((Handler *)h)->ctx != NULL && CTX((Handler *)h, C_MODE) == self) {
+    if (own_handler(h, self)) {
         Py_DECREF(res);
         return h;
     }
