@@ -97,7 +97,7 @@ class DatasetWriter:
         self._id = ds.id  # the low-level dataset: h5py's property makes a Python call on every read
         self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
-        self._fspace = ds.id.get_space()
+        self._fspace = self._id.get_space()
         self._mspaces: dict[tuple, Any] = {}
 
     def set_extent(self, shape: tuple[int, ...]) -> None:
