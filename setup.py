@@ -5,11 +5,12 @@
 * ``msprobe_nb.capture._row_builder``: the recorder's rows of plain tensors, None and values;
 * ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+);
 * ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it);
-* ``msprobe_nb.capture._module_hooks``: the global module hooks' work (L0, mix, and L1's module stack).
+* ``msprobe_nb.capture._module_hooks``: the global module hooks' work (L0, mix, and L1's module stack);
+* ``msprobe_nb.store._chunk_codec``: a calls-table column's whole chunk encoded as its HDF5 filters would store it.
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
-come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks (slower
-recording).
+come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks, and the
+chunks go through HDF5's filters (slower recording).
 """
 import sys
 
@@ -26,6 +27,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
               Extension("msprobe_nb.capture._row_builder", ["msprobe_nb/capture/_row_builder.c"],
                         depends=[*HEADERS, SLOTS, NAMES], extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._mode_floor", ["msprobe_nb/capture/_mode_floor.c"],
+                        extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.store._chunk_codec", ["msprobe_nb/store/_chunk_codec.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],

@@ -1,6 +1,6 @@
-"""Planted faults in the C of the L1 handler, the API backward, the module hooks and the strided statistics
-(issue 37): each one-line change is built into a copy of the repository and the tests that judge it run; a
-fault the tests do not fail is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
+"""Planted faults in the C of the L1 handler, the API backward, the module hooks, the strided statistics and the
+writer's chunk codec (issue 37): each one-line change is built into a copy of the repository and the tests that
+judge it run; a fault the tests do not fail is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
 
     python tools/c_mutants.py [--only NAME ...] [--keep]
 
@@ -19,9 +19,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
-         "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py"]
+         "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py",
+         "tests/test_hdf5_chunk_codec.py"]
 
-#: (file under msprobe_nb/capture/, name, original text (exactly once in the file), the fault)
+#: (file under msprobe_nb/capture/, or a path under msprobe_nb/ with its folder; name, original text (exactly once
+#: in the file), the fault)
 MUTANTS: list[tuple[str, str, str, str]] = [
     ('_api_handler.c', 'counter',
      'PyObject *next = PyNumber_Add(counter, k_one);',
@@ -342,6 +344,24 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('_row_builder.c', 'rb-shape-slice',
      'PyTuple_GetSlice(size, 0, PyTuple_GET_SIZE(size))',
      'PyTuple_GetSlice(size, 1, PyTuple_GET_SIZE(size))'),
+    ('store/_chunk_codec.c', 'codec-checksum-order',
+     'dst[total + i] = (uint8_t)(sum >> (8 * i));',
+     'dst[total + i] = (uint8_t)(sum >> (8 * (3 - i)));'),
+    ('store/_chunk_codec.c', 'codec-block-bytes',
+     'put_be(dst + 8, (uint64_t)(block * (size_t)elem), 4);',
+     'put_be(dst + 8, (uint64_t)block, 4);'),
+    ('store/_chunk_codec.c', 'codec-size',
+     'put_be(dst, (uint64_t)in.len, 8);',
+     'put_be(dst, (uint64_t)n, 8);'),
+    ('store/_chunk_codec.c', 'codec-run',
+     'size_t run = words < 360 ? words : 360;',
+     'size_t run = words < 720 ? words : 720;'),
+    ('store/_chunk_codec.c', 'codec-odd-byte',
+     'a += (uint32_t)p[0] << 8;',
+     'a += p[0];'),
+    ('store/_chunk_codec.c', 'codec-last-fold',
+     '    a = (a & 0xffff) + (a >> 16);\n    b = (b & 0xffff) + (b >> 16);\n    return',
+     '    return'),
 ]
 
 #: faults no test can see, and why
@@ -370,7 +390,7 @@ def run(only: list[str], keep: bool) -> int:
         for file, name, old, new in MUTANTS:
             if only and name not in only:
                 continue
-            path = capture / file
+            path = tree / "msprobe_nb" / file if "/" in file else capture / file
             original = path.read_text()
             if original.count(old) != 1:
                 print(f"{name}: its text occurs {original.count(old)} times in {file}, not once", flush=True)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import h5py
 import numpy as np
 from h5py import h5s, h5t
+
+from msprobe_nb.store.hdf5_direct_chunks import chunk_encoder
 
 
 class ColumnGroup:
@@ -30,9 +33,10 @@ class ColumnGroup:
         self.name, self.chunk = name, chunk
         self.main: dict[str, DatasetWriter] = {}
         for path, dtype in columns.items():
-            self.main[path] = DatasetWriter(f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk
+            ds = f.create_dataset(  # fletcher32: HDF5 checks every (compressed) chunk
                 path, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(chunk,), **filt,
-                fletcher32=True, track_times=False))
+                fletcher32=True, track_times=False)
+            self.main[path] = DatasetWriter(ds, chunk_encoder(ds))
         self.record = np.dtype([(path, np.dtype(dtype).newbyteorder("<")) for path, dtype in columns.items()])
         self.names = tuple(columns)  # the record's field names, in order
         size = self.record.itemsize
@@ -73,7 +77,7 @@ class ColumnGroup:
         base = self.length - t
         for p, ds in self.main.items():
             col = np.concatenate([prev[p], np.asarray(data[p], ds.dtype)])
-            append_main(ds, base, col[:full])
+            append_main(ds, base, col[:full], c)
             rest[p] = col[full:]
         raw = rest.view(np.uint8).reshape(len(rest), self.record.itemsize)
         if len(rest):
@@ -90,10 +94,11 @@ class DatasetWriter:
     dataspace per block shape. A step writes several datasets right after the step's own work, and building
     these objects again for each write cost more than the write itself."""
 
-    __slots__ = ("ds", "dtype", "length", "_id", "_mtype", "_fspace", "_mspaces")
+    __slots__ = ("ds", "dtype", "length", "encode", "_id", "_mtype", "_fspace", "_mspaces")
 
-    def __init__(self, ds: h5py.Dataset) -> None:
+    def __init__(self, ds: h5py.Dataset, encode: Callable[[np.ndarray], bytes] | None = None) -> None:
         self.ds, self.dtype = ds, ds.dtype
+        self.encode = encode  # whole chunks encoded here and written past HDF5's filters (hdf5_direct_chunks)
         self._id = ds.id  # the low-level dataset: h5py's property makes a Python call on every read
         self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
@@ -116,15 +121,27 @@ class DatasetWriter:
         self._fspace.select_hyperslab(start, block.shape)
         self._id.write(mspace, self._fspace, block, self._mtype)
 
+    def write_chunks(self, start: int, block: np.ndarray, chunk: int) -> None:
+        """``ds[start : start + len(block)] = block`` for whole chunks from a chunk boundary, each encoded by
+        ``encode`` and stored as it is (within the extent)."""
+        encode = self.encode
+        assert encode is not None, "write_chunks() needs an encoder"
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        for i in range(0, len(block), chunk):
+            self._id.write_direct_chunk((start + i,), encode(block[i:i + chunk]), 0)
 
-def append_main(ds: DatasetWriter, base: int, arr: np.ndarray) -> None:
+
+def append_main(ds: DatasetWriter, base: int, arr: np.ndarray, chunk: int) -> None:
     """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once).
 
     The extent only grows: a step that failed may have grown it further, and its rows are simply
     written again (nothing past the committed length is trusted by readers)."""
     if base + len(arr) > ds.length:
         ds.set_extent((base + len(arr),))
-    ds.write_at((base,), arr)
+    if ds.encode is not None:
+        ds.write_chunks(base, arr, chunk)
+    else:
+        ds.write_at((base,), arr)
 
 
 def _write_tail(ds: DatasetWriter, slot: int, start: int, raw: np.ndarray) -> None:

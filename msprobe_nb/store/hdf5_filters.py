@@ -18,7 +18,7 @@ from typing import Any
 
 import h5py
 
-__all__ = ["BITSHUFFLE_ID", "CODECS", "load_plugins", "missing_filter", "table_filter"]
+__all__ = ["BITSHUFFLE_ID", "CODECS", "bitshuffle_library", "load_plugins", "missing_filter", "table_filter"]
 
 #: HDF5's registered id of the bitshuffle filter
 BITSHUFFLE_ID = 32008
@@ -40,20 +40,26 @@ def load_plugins() -> bool:
     return _loaded
 
 
+def bitshuffle_library() -> Path | None:
+    """hdf5plugin's bitshuffle library (the filter's plugin), found without importing hdf5plugin; None if absent."""
+    try:
+        spec = importlib.util.find_spec("hdf5plugin")  # found, not imported
+    except (ImportError, ValueError):
+        return None
+    where = spec.submodule_search_locations if spec is not None else None
+    found = [lib for folder in where or () for lib in sorted(Path(folder, "plugins").glob("libh5bshuf.*"))]
+    return found[0] if found else None
+
+
 def _register_bitshuffle() -> bool:
     """Register hdf5plugin's bitshuffle library alone: it binds the HDF5 library h5py loaded (``init_filter``,
     which hdf5plugin's builds export outside Windows), then hands HDF5 its filter class (the plugin entry point
     every HDF5 filter plugin exports)."""
-    try:
-        spec = importlib.util.find_spec("hdf5plugin")  # found, not imported
-    except (ImportError, ValueError):
-        return False
-    where = spec.submodule_search_locations if spec is not None else None
-    found = [lib for folder in where or () for lib in sorted(Path(folder, "plugins").glob("libh5bshuf.*"))]
-    if not found:
+    found = bitshuffle_library()
+    if found is None:
         return False
     try:
-        lib = ctypes.CDLL(str(found[0]))
+        lib = ctypes.CDLL(str(found))
         init = getattr(lib, "init_filter", None) if not sys.platform.startswith("win") else None  # as hdf5plugin
         if init is not None:
             init.argtypes, init.restype = [ctypes.c_char_p], ctypes.c_int
