@@ -1,8 +1,8 @@
 """Whole chunks of the tables' main datasets, encoded by the writer and handed to HDF5 finished.
 
 A recording writes a whole chunk of every calls-table column each 4096 rows. Through ``H5Dwrite`` each chunk
-goes into HDF5's chunk cache and is filtered and written at the step's flush, by a path that costs about twice
-what the filters themselves do. ``_chunk_codec`` encodes the chunk as the dataset's own filter pipeline
+also goes through HDF5's selection, chunk buffer (allocated and cleared) and filter pipeline, which cost about as
+much as the compression itself. ``_chunk_codec`` encodes the chunk as the dataset's own filter pipeline
 (bitshuffle + LZ4, then fletcher32) would, from bitshuffle's library that HDF5 runs as the filter, and the writer
 stores it with ``H5Dwrite_chunk``: the file holds the same bytes (tests/test_hdf5_chunk_codec.py compares them)
 and readers see no difference. Where the codec is not built, the library is not found, or a dataset's pipeline
@@ -61,10 +61,10 @@ def _bind() -> bool:
 
 
 def chunk_encoder(ds: h5py.Dataset) -> Callable[[np.ndarray], bytes] | None:
-    """A function giving a whole chunk of ``ds`` (a contiguous array of its dtype, so in the file type's byte
-    order, the bytes HDF5 would filter) as its filters would store it, where
-    ``ds`` is a 1-D chunked dataset of plain numbers whose pipeline is exactly bitshuffle + LZ4 at
-    the library's block size, then fletcher32; otherwise None."""
+    """A function giving a whole chunk of ``ds`` as its filters would store it, where ``ds`` is a 1-D chunked
+    dataset of plain numbers whose pipeline is exactly bitshuffle + LZ4 at the library's block size, then
+    fletcher32; otherwise None. The chunk is handed over as a contiguous array of ``ds.dtype``: the file type's
+    bytes, which HDF5 would filter."""
     dt = ds.dtype
     if ds.chunks is None or len(ds.chunks) != 1 or dt.kind not in "biuf" or not _bind():
         return None
