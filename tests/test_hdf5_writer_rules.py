@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from msprobe_nb.store import hdf5_appends
 from msprobe_nb.store.hdf5_layout import COMMIT_MAGIC, GROUPS, INDEX_POS, INT_NA, TENSOR_CHUNK_BYTES
 from msprobe_nb.store.hdf5_reader import read_hdf5
 from msprobe_nb.store.hdf5_writer import DumpWriter
@@ -205,6 +206,34 @@ def test_a_failed_step_across_a_chunk_boundary_leaves_the_committed_rows_whole(t
     assert calls["step"].tolist() == [0] * (chunk - 100) + [2] * 250 + [3] * (chunk // 2)
     assert calls["max"].tolist() == [v for r in want for v in r["max"]]
     assert calls["call_index"].tolist() == [v for r in want for v in r["call_index"]]
+
+
+def test_a_main_datasets_extent_grows_eight_chunks_at_once_and_readers_take_the_committed_rows(tmp_path,
+                                                                                               monkeypatch):
+    """A column's extent grows EXTENT_CHUNKS whole chunks at a time (one change of its object header per eight
+    chunks written, not one per chunk); the chunks ahead are never written, and readers read exactly the
+    committed rows."""
+    chunk = GROUPS["calls"][0]
+    grown: list[tuple[int, ...]] = []
+    set_extent = hdf5_appends.DatasetWriter.set_extent
+
+    def spy(self, shape):
+        if self.ds.name == "/calls/max":
+            grown.append(tuple(shape))
+        set_extent(self, shape)
+    monkeypatch.setattr(hdf5_appends.DatasetWriter, "set_extent", spy)
+    d = tmp_path / "d"
+    with DumpWriter(d) as w:
+        for step in range(9):  # fills nine chunks
+            w.write_step(step, {"max": [step * 1e5 + i for i in range(chunk)]})
+        w.write_step(9, {"max": [1.0, 2.0, 3.0]})
+    assert hdf5_appends.EXTENT_CHUNKS == 8
+    assert grown == [(8 * chunk,), (16 * chunk,)]
+    with h5py.File(next(d.glob("*.h5")), "r") as f:
+        assert f["calls/max"].shape == (16 * chunk,) and f["calls/max"].id.get_num_chunks() == 9
+    calls = read_hdf5(d).calls
+    assert calls["max"].tolist() == [s * 1e5 + i for s in range(9) for i in range(chunk)] + [1.0, 2.0, 3.0]
+    assert calls["step"].tolist() == [s for s in range(9) for _ in range(chunk)] + [9, 9, 9]
 
 
 def test_the_first_step_failing_keeps_the_empty_string_as_id_zero(tmp_path):

@@ -131,13 +131,20 @@ class DatasetWriter:
             self._id.write_direct_chunk((start + i,), encode(block[i:i + chunk]), 0)
 
 
-def append_main(ds: DatasetWriter, base: int, arr: np.ndarray, chunk: int) -> None:
-    """``ds.resize(base + n); ds[base:] = arr`` (whole chunks, each written once).
+#: whole chunks a main dataset's extent is grown by at once: a change of extent rewrites the dataset's object
+#: header at the next flush, and a step that fills the calls chunk paid that for each of its 34 columns
+EXTENT_CHUNKS = 8
 
-    The extent only grows: a step that failed may have grown it further, and its rows are simply
-    written again (nothing past the committed length is trusted by readers)."""
-    if base + len(arr) > ds.length:
-        ds.set_extent((base + len(arr),))
+
+def append_main(ds: DatasetWriter, base: int, arr: np.ndarray, chunk: int) -> None:
+    """``ds[base:base + n] = arr`` (whole chunks, each written once), the extent grown first where it is short.
+
+    The extent only grows, :data:`EXTENT_CHUNKS` chunks at a time: it runs ahead of the rows by fewer than that many
+    chunks, never written and so taking no space, and a step that failed may have grown it too; readers take
+    the rows from the commit index's lengths, never from the extent (docs/hdf5_schema.md)."""
+    end = base + len(arr)
+    if end > ds.length:
+        ds.set_extent((max(end, base + EXTENT_CHUNKS * chunk),))
     if ds.encode is not None:
         ds.write_chunks(base, arr, chunk)
     else:
