@@ -346,16 +346,18 @@ static PyObject *take_tensor_id(PyObject *rec)
     return tid;
 }
 
-/* (summary index, tensor_id, producer) of a plain tensor, and its entry in seen, as Recorder._first_sight and
-   the seen check before it give them. An entry is [weakref, version, summary index, tensor_id, producer]. */
-static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen, PyObject *call,
-                                 PyObject *set_producer, PyObject *ctx)
+/* The summary index, tensor_id and producer of a plain tensor into got[0..2] (new references), and its entry in
+   seen, as Recorder._first_sight and the seen check before it give them; 0, or -1 on error (got untouched). An
+   entry is [weakref, version, summary index, tensor_id, producer]. */
+static int tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen, PyObject *call, PyObject *set_producer,
+                           PyObject *ctx, PyObject *got[3])
 {
     PyObject *rec = PyTuple_GET_ITEM(ctx, C_RECORDER);
     PyObject *key = PyLong_FromVoidPtr(leaf);
     if (key == NULL)
-        return NULL;
-    PyObject *got = NULL, *version = NULL, *idx = NULL, *tid = NULL;
+        return -1;
+    int status = -1;
+    PyObject *version = NULL, *idx = NULL, *tid = NULL;
     PyObject *e = PyDict_GetItemWithError(seen, key);
     if (e == NULL && PyErr_Occurred())
         goto done;
@@ -401,7 +403,10 @@ static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen,
             if (failed)
                 goto done;
         }
-        got = PyTuple_Pack(3, idx, tid, s_empty);
+        got[0] = Py_NewRef(idx);
+        got[1] = Py_NewRef(tid);
+        got[2] = Py_NewRef(s_empty);
+        status = 0;
         goto done;
     }
     int same = PyObject_RichCompareBool(PyList_GET_ITEM(e, 1), version, Py_EQ);
@@ -424,17 +429,22 @@ static PyObject *tensor_identity(PyObject *leaf, const Facts *f, PyObject *seen,
         PyList_SetItem(e, 3, tid);
         Py_INCREF(call);
         PyList_SetItem(e, 4, call);
-        got = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), tid, s_empty);
+        got[0] = Py_NewRef(PyList_GET_ITEM(e, 2));
+        got[1] = Py_NewRef(tid);
+        got[2] = Py_NewRef(s_empty);
     } else {
-        got = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), PyList_GET_ITEM(e, 3), PyList_GET_ITEM(e, 4));
+        got[0] = Py_NewRef(PyList_GET_ITEM(e, 2));
+        got[1] = Py_NewRef(PyList_GET_ITEM(e, 3));
+        got[2] = Py_NewRef(PyList_GET_ITEM(e, 4));
     }
+    status = 0;
 done:
     Py_XDECREF(e);
     Py_DECREF(key);
     Py_XDECREF(version);
     Py_XDECREF(idx);
     Py_XDECREF(tid);
-    return got;
+    return status;
 }
 
 /* numel of a shape (a tuple of ints), or -1 where some size is not a plain int or the product overflows */
@@ -458,7 +468,7 @@ static Py_ssize_t shape_numel(PyObject *shape)
 static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
                             PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer, PyObject *ctx)
 {
-    PyObject *row = NULL, *ident = NULL, *dtype = NULL, *code = NULL, *size = NULL, *shape = NULL;
+    PyObject *row = NULL, *ident[3] = {NULL, NULL, NULL}, *dtype = NULL, *code = NULL, *size = NULL, *shape = NULL;
     PyObject *numel = NULL, *device = NULL, *is_cpu = NULL, *grad = NULL;
     dtype = GETSET_GET(leaf, dtype);
     if (dtype == NULL)
@@ -487,8 +497,7 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
             goto done;
     }
     Facts facts = {dtype, shape, is_cpu == Py_True, n};
-    ident = tensor_identity(leaf, &facts, seen, call, set_producer, ctx);
-    if (ident == NULL)
+    if (tensor_identity(leaf, &facts, seen, call, set_producer, ctx, ident) < 0)
         goto done;
     code = PyDict_GetItemWithError(PyTuple_GET_ITEM(ctx, C_DTYPE_CODES), dtype);
     if (code != NULL && PyObject_IsTrue(code) == 1) {
@@ -512,10 +521,10 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
     if (grad == NULL)
         goto done;
     row = PyTuple_Pack(ROW_ARITY, k, name, io, path, is_kwarg, k_tensor, code, shape, numel, device, grad,
-                       PyTuple_GET_ITEM(ident, 0), s_empty, s_empty, PyTuple_GET_ITEM(ident, 1),
-                       PyTuple_GET_ITEM(ident, 2));
+                       ident[0], s_empty, s_empty, ident[1], ident[2]);
 done:
-    Py_XDECREF(ident);
+    for (int j = 0; j < 3; j++)
+        Py_XDECREF(ident[j]);
     Py_XDECREF(dtype);
     Py_XDECREF(code);
     Py_XDECREF(size);
