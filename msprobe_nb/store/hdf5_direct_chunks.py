@@ -18,7 +18,7 @@ from types import ModuleType
 import h5py
 import numpy as np
 
-from msprobe_nb.store.hdf5_filters import BITSHUFFLE_ID, bitshuffle_library
+from msprobe_nb.store.hdf5_filters import BITSHUFFLE_ID, bitshuffle_library, filter_pipeline
 
 
 def _load_codec() -> ModuleType | None:
@@ -68,12 +68,8 @@ def chunk_encoder(ds: h5py.Dataset) -> Callable[[np.ndarray], bytes] | None:
     dt = ds.dtype
     if ds.chunks is None or len(ds.chunks) != 1 or dt.kind not in "biuf" or not _bind():
         return None
-    try:
-        plist = ds.id.get_create_plist()
-        filters = [plist.get_filter(i) for i in range(plist.get_nfilters())]
-    except (OSError, RuntimeError, ValueError):
-        return None
-    if [f[0] for f in filters] != [BITSHUFFLE_ID, h5py.h5z.FILTER_FLETCHER32]:
+    filters = filter_pipeline(ds)
+    if filters is None or [f[0] for f in filters] != [BITSHUFFLE_ID, h5py.h5z.FILTER_FLETCHER32]:
         return None
     opts = filters[0][2]
     if len(opts) < 5 or opts[2] != dt.itemsize or opts[3] != 0 or opts[4] != _LZ4:

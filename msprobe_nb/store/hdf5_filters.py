@@ -18,7 +18,8 @@ from typing import Any
 
 import h5py
 
-__all__ = ["BITSHUFFLE_ID", "CODECS", "bitshuffle_library", "load_plugins", "missing_filter", "table_filter"]
+__all__ = ["BITSHUFFLE_ID", "CODECS", "bitshuffle_library", "filter_pipeline", "load_plugins", "missing_filter",
+           "table_filter"]
 
 #: HDF5's registered id of the bitshuffle filter
 BITSHUFFLE_ID = 32008
@@ -97,15 +98,20 @@ def table_filter(compression: Any, key: str = "compression", also: tuple = ()) -
     raise ValueError(f"{key} must be one of {[*also, *CODECS]} or a gzip level 0-9, not {compression!r}")
 
 
+def filter_pipeline(ds: h5py.Dataset) -> list[tuple] | None:
+    """``ds``'s filters in the order HDF5 applies them on writing, each (id, flags, options, name) as h5py gives
+    them; None where its creation properties cannot be read."""
+    try:
+        plist = ds.id.get_create_plist()
+        return [plist.get_filter(i) for i in range(plist.get_nfilters())]
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
 def missing_filter(ds: h5py.Dataset) -> str | None:
     """What a reader lacks to decode ``ds``: a sentence naming the first filter of its pipeline that this
     process's HDF5 does not have, and how to get it; None when every filter is available."""
-    try:
-        plist = ds.id.get_create_plist()
-        filters = [plist.get_filter(i) for i in range(plist.get_nfilters())]
-    except (OSError, RuntimeError, ValueError):
-        return None
-    for code, _flags, _opts, name in filters:
+    for code, _flags, _opts, name in filter_pipeline(ds) or ():
         if h5py.h5z.filter_avail(code):
             continue
         label = name.decode("utf-8", "replace").split(";")[0] if isinstance(name, bytes) else str(name)
