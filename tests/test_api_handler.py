@@ -848,6 +848,7 @@ def test_the_lookup_read_from_the_instance_dict_keeps_getattrs_rules(tmp_path, m
         dbg.close()
     assert _c_string_lookup(mode, b"__torch_function__") is mode._handler
 
+
 def test_the_c_paths_make_calls_as_the_class_says(tmp_path, monkeypatch):
     """The C paths store a Call's fields at its slots without its Python __init__ only while Call is the plain
     dataclass: with __init__ replaced (same signature, another function) every Call goes through it, and the

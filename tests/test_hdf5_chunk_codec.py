@@ -93,9 +93,9 @@ def test_a_two_dimensional_or_compound_dataset_is_left_to_hdf5(tmp_path):
 
 def test_encode_refuses_a_partial_element():
     with pytest.raises(ValueError, match="whole number of 8-byte elements"):
-        codec.encode(b"\0" * 12, 8, True)
+        codec.encode(b"\0" * 12, 8)
     with pytest.raises(ValueError, match="whole number"):
-        codec.encode(b"", 8, True)
+        codec.encode(b"", 8)
 
 
 def _steps(chunk: int) -> list[dict]:

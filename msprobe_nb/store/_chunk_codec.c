@@ -1,6 +1,6 @@
 /* msprobe_nb.store._chunk_codec: a whole chunk of a calls-table column, encoded as HDF5's filter pipeline of
    that column (bitshuffle + LZ4, HDF5 filter 32008, then HDF5's fletcher32) would store it, so that the writer
-   hands HDF5 the finished bytes (H5Dwrite_chunk) instead of a chunk for its cache to filter at the next flush.
+   hands HDF5 the finished bytes (H5Dwrite_chunk) instead of a chunk to pass through its chunk buffer and filters.
 
    The bit transpose and LZ4 are bitshuffle's own, from the library that HDF5 runs as the filter: bind() takes
    the addresses of its exported bshuf_compress_lz4, bshuf_compress_lz4_bound and bshuf_default_block_size.
@@ -82,18 +82,18 @@ static PyObject *bind(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* encode(buffer, elem_size, checksum): the chunk's stored bytes (a C-contiguous buffer of whole elements) */
+/* encode(buffer, elem_size): the chunk's stored bytes, checksum included (a C-contiguous buffer of whole
+   elements) */
 static PyObject *encode(PyObject *self, PyObject *args)
 {
     Py_buffer in;
     Py_ssize_t elem;
-    int checksum;
     (void)self;
     if (lz4_compress == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "encode(): bind() the bitshuffle library first");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*np", &in, &elem, &checksum))
+    if (!PyArg_ParseTuple(args, "y*n", &in, &elem))
         return NULL;
     PyObject *out = NULL;
     if (elem <= 0 || in.len % elem != 0 || in.len == 0) {
@@ -119,13 +119,10 @@ static PyObject *encode(PyObject *self, PyObject *args)
         goto done;
     }
     size_t total = HEADER_BYTES + (size_t)made;
-    if (checksum) {
-        uint32_t sum = fletcher32_of(dst, total);
-        for (int i = 0; i < 4; i++)
-            dst[total + i] = (uint8_t)(sum >> (8 * i));
-        total += 4;
-    }
-    _PyBytes_Resize(&out, (Py_ssize_t)total);
+    uint32_t sum = fletcher32_of(dst, total);
+    for (int i = 0; i < 4; i++)
+        dst[total + i] = (uint8_t)(sum >> (8 * i));
+    _PyBytes_Resize(&out, (Py_ssize_t)(total + 4));
 done:
     PyBuffer_Release(&in);
     return out;
@@ -145,7 +142,7 @@ static PyObject *fletcher32(PyObject *self, PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(compress, bound, default_block): bitshuffle's functions, by address"},
-    {"encode", encode, METH_VARARGS, "encode(buffer, elem_size, checksum) -> the chunk as the filters store it"},
+    {"encode", encode, METH_VARARGS, "encode(buffer, elem_size) -> the chunk as the filters store it"},
     {"fletcher32", fletcher32, METH_O, "fletcher32(buffer) -> HDF5's fletcher32 checksum of the bytes"},
     {NULL, NULL, 0, NULL}};
 

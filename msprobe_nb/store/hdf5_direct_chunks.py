@@ -76,4 +76,4 @@ def chunk_encoder(ds: h5py.Dataset) -> Callable[[np.ndarray], bytes] | None:
         return None
     assert _chunk_codec is not None, "_bind() found the codec"
     encode, size = _chunk_codec.encode, dt.itemsize
-    return lambda block: encode(block, size, True)
+    return lambda block: encode(block, size)
