@@ -209,7 +209,7 @@ def test_the_core_install_is_the_analysis_layer_s_needs():
     """Loading and comparing dumps needs neither torch nor the viewers' packages: the core must not force them."""
     tomllib = pytest.importorskip("tomllib")
     core = _names(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
-    assert {"numpy", "pandas", "h5py", "hdf5plugin", "tqdm"} <= core, core  # hdf5plugin: the dumps' codec
+    assert {"numpy", "pandas", "h5py", "hdf5plugin", "zlib-ng", "tqdm"} <= core, core  # the dumps' codec, checksum
     heavy = core & {"torch", "ipywidgets", "anywidget", "matplotlib", "ipython", "dask", "jupyterlab"}
     assert not heavy, f"the core install requires {sorted(heavy)}"
 

@@ -89,7 +89,8 @@ def test_ci_lints_after_installing_and_before_testing():
 #: what each layer may import from the package (docs/architecture.md, "Rules between the layers")
 ALLOWED = {
     "capture": ("msprobe_nb.capture", "msprobe_nb.store.schema",  # the calls-table contract it fills
-                "msprobe_nb.store.monitor_schema", "msprobe_nb.store.monitor_rules"),  # the monitor's, its rules
+                "msprobe_nb.store.monitor_schema", "msprobe_nb.store.monitor_rules",  # the monitor's, its rules
+                "msprobe_nb.store.checksums"),  # the one crc32, of the hash task's tensors as of the dumps
     "store": ("msprobe_nb.store", "msprobe_nb", "msprobe_nb.progress"),  # "msprobe_nb" alone: the version
     "analysis": ("msprobe_nb.analysis", "msprobe_nb.store", "msprobe_nb.capture.random_apis",
                  "msprobe_nb.capture.setup_env", "msprobe_nb.progress"),  # torch-free tables

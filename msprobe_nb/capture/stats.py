@@ -13,7 +13,6 @@ otherwise, and for other tensors, by torch reductions, small float32 ones in bat
 from __future__ import annotations
 
 import math
-import zlib
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ import torch
 from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.dtensors import is_wrapper, local_shard
 from msprobe_nb.capture.host_arrays import numpy_copy, numpy_view
+from msprobe_nb.store.checksums import crc32
 
 # optional C kernel (setup.py): one pass instead of four torch reductions and their dispatch; None where it is not
 # built (torch's reductions give the same statistics) or built for another ABI (capture/c_contract.py)
@@ -302,7 +302,7 @@ def _crc32(t: torch.Tensor) -> str:
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
     raw = numpy_view(flat.view(torch.uint8)) if flat.numel() else np.zeros(0, np.uint8)
-    return f"{zlib.crc32(memoryview(raw)):08x}"  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+    return f"{crc32(memoryview(raw)):08x}"  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
 
 
 #: dtypes whose CPU tensors the tensor task keeps as numpy copies (the writer stores them as these dtypes)

@@ -6,7 +6,6 @@ slot the last commit does not point to (docs/hdf5_schema.md, "Crash safety").
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ import h5py
 import numpy as np
 from h5py import h5s, h5t
 
+from msprobe_nb.store.checksums import crc32
 from msprobe_nb.store.hdf5_direct_chunks import chunk_encoder
 
 
@@ -69,7 +69,7 @@ class ColumnGroup:
                 return self.length, self.slot, self.crc
             raw = rec.view(np.uint8).reshape(n, self.record.itemsize)
             _write_tail(self.tail, self.slot, t, raw)
-            return self.length + n, self.slot, zlib.crc32(raw, self.crc)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+            return self.length + n, self.slot, crc32(raw, self.crc)
         # Whole chunks go to the main datasets one column at a time (a large step never holds a second copy
         # of all its columns); only the leftover rows are packed, into the other slot.
         full = (t + n) // c * c
@@ -82,7 +82,7 @@ class ColumnGroup:
         raw = rest.view(np.uint8).reshape(len(rest), self.record.itemsize)
         if len(rest):
             _write_tail(self.tail, 1 - self.slot, 0, raw)
-        return self.length + n, 1 - self.slot, zlib.crc32(raw)  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+        return self.length + n, 1 - self.slot, crc32(raw)
 
     def commit(self, state: tuple[int, int, int]) -> None:
         self.length, self.slot, self.crc = state

@@ -8,13 +8,13 @@ from __future__ import annotations
 import errno as errno_codes
 import json
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
+from msprobe_nb.store.checksums import crc32
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.hdf5_layout import (
     COMMIT_MAGIC,
@@ -101,7 +101,7 @@ def check_row_crcs(index: np.ndarray, path: Path) -> None:
     k = INDEX_POS["crc"]
     data = np.ascontiguousarray(index[:, :k], dtype="<i8")
     for i in range(len(index)):
-        got = zlib.crc32(data[i])
+        got = crc32(data[i])
         if got != index[i, k]:
             raise DumpFormatError(
                 f"{str(path)!r}: /index/steps row {i} (step {int(index[i, 0])}) fails its checksum (crc32 "
@@ -139,7 +139,7 @@ def committed_rows(index: np.ndarray, path: Path, checked: bool = False) -> np.n
                               "a writer never commits past an unfinished row, so the index is damaged")
     if checked and n < len(index) and index[n].any():
         k = INDEX_POS["crc"]
-        if zlib.crc32(np.ascontiguousarray(index[n, :k], dtype="<i8")) == index[n, k]:  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+        if crc32(np.ascontiguousarray(index[n, :k], dtype="<i8")) == index[n, k]:
             raise DumpFormatError(f"{where} {n} (step {int(index[n, 0])}) is a whole commit record whose commit "
                                   f"marker is damaged ({int(index[n, INDEX_POS['commit']]):#x})")
     rows = index[:n]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from msprobe_nb.store.checksums import crc32
 from msprobe_nb.store.schema import COLUMNS
 
 FORMAT_NAME = "msprobe_nb.dump"
@@ -116,7 +116,7 @@ def attrs_digest(f: Any) -> int:
     items = [["/", k, plain_attr(f.attrs[k])] for k in sorted(f.attrs) if k != "attrs_crc"]
     items += [[f"tail/{g}", "columns", plain_attr(f[f"tail/{g}"].attrs["columns"])] for g in GROUPS]
     items.append(["index/steps", "fields", plain_attr(f["index/steps"].attrs["fields"])])
-    return zlib.crc32(json.dumps(items, sort_keys=True, ensure_ascii=True, default=str).encode())
+    return crc32(json.dumps(items, sort_keys=True, ensure_ascii=True, default=str).encode())
 
 
 def commit_row(step: int, states: list[tuple[int, int, int]], ends: Mapping[int, int], flags: int) -> list[int]:
@@ -128,7 +128,7 @@ def commit_row(step: int, states: list[tuple[int, int, int]], ends: Mapping[int,
     row += [ends[w] for w in TENSOR_WIDTHS]
     row.append(flags)
     row += [crc for _, _, crc in states]
-    row.append(zlib.crc32(np.asarray(row, "<i8").tobytes()))
+    row.append(crc32(np.asarray(row, "<i8").tobytes()))
     row.append(COMMIT_MAGIC)
     return row
 

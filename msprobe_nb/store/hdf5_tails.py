@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from msprobe_nb.store.checksums import crc32
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.hdf5_filters import missing_filter
 from msprobe_nb.store.hdf5_layout import (
@@ -130,14 +130,14 @@ class Tails:
             chunk, slot = tail.shape[1], end[f"{g}_slot"]
             n = end[g] % chunk
             raw = self._slots[(tail.name, slot)].view(np.uint8).reshape(-1) if n else np.empty(0, np.uint8)
-            if zlib.crc32(raw) == end[f"{g}_crc"]:  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+            if crc32(raw) == end[f"{g}_crc"]:
                 continue
             base, width = end[g] - n, tail.shape[2]
             lengths, crcs, steps = (index[:, INDEX_POS[k]] for k in (g, f"{g}_crc", "step"))
             where, crc, at = len(index) - 1, 0, 0
             for i in np.flatnonzero(lengths >= base).tolist():  # the commits of this chunk, in order
                 stop = (int(lengths[i]) - base) * width
-                crc, at = zlib.crc32(raw[at:stop], crc), stop  # type: ignore[arg-type]  # numpy's stubs declare the buffer protocol for Python >= 3.12 only
+                crc, at = crc32(raw[at:stop], crc), stop
                 if crc != crcs[i]:
                     where = i
                     break

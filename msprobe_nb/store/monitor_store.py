@@ -16,7 +16,6 @@ import json
 import os
 import re
 import warnings
-import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from msprobe_nb.store.checksums import crc32
 from msprobe_nb.store.errors import DumpFormatError
 from msprobe_nb.store.hdf5_appends import DatasetWriter
 from msprobe_nb.store.hdf5_open import open_rank_file
@@ -68,7 +68,7 @@ def monitor_files(folder: str | Path) -> list[tuple[int, Path]]:
 
 
 def _crc(row: Sequence[int]) -> int:
-    return zlib.crc32(np.asarray(row, "<i8").tobytes())
+    return crc32(np.asarray(row, "<i8").tobytes())
 
 
 class _Lock:
