@@ -28,6 +28,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
                         depends=[*HEADERS, SLOTS, NAMES], extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.capture._mode_floor", ["msprobe_nb/capture/_mode_floor.c"],
                         extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.capture._recorder_lock", ["msprobe_nb/capture/_recorder_lock.c"],
+                        extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.store._chunk_codec", ["msprobe_nb/store/_chunk_codec.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":

@@ -1,6 +1,7 @@
-"""Planted faults in the C of the L1 handler, the API backward, the module hooks, the strided statistics and the
-writer's chunk codec (issue 37): each one-line change is built into a copy of the repository and the tests that
-judge it run; a fault the tests do not fail is a gap, or is listed in ``EQUIVALENT`` with why it cannot be seen.
+"""Planted faults in the C of the L1 handler, the API backward, the module hooks, the strided statistics, the
+recorder's lock and the writer's chunk codec (issue 37): each one-line change is built into a copy of the
+repository and the tests that judge it run; a fault the tests do not fail is a gap, or is listed in
+``EQUIVALENT`` with why it cannot be seen.
 
     python tools/c_mutants.py [--only NAME ...] [--keep]
 
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
          "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py",
-         "tests/test_hdf5_chunk_codec.py"]
+         "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py"]
 
 #: (file under msprobe_nb/capture/, or a path under msprobe_nb/ with its folder; name, original text (exactly once
 #: in the file), the fault)
@@ -368,7 +369,28 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('store/_chunk_codec.c', 'codec-last-fold',
      '    a = (a & 0xffff) + (a >> 16);\n    b = (b & 0xffff) + (b >> 16);\n    return',
      '    return'),
+    ('_recorder_lock.c', 'lock-reentry',
+     '        self->count++;\n        Py_RETURN_TRUE;',
+     '        Py_RETURN_TRUE;'),
+    ('_recorder_lock.c', 'lock-owner',
+     '    if (self->count > 0 && self->owner == me) {',
+     '    if (self->count > 0) {'),
+    ('_recorder_lock.c', 'lock-release-owner',
+     '    if (self->count == 0 || self->owner != PyThread_get_thread_ident()) {',
+     '    if (self->count == 0) {'),
+    ('_recorder_lock.c', 'lock-give-back',
+     '        self->owner = 0;\n        PyThread_release_lock(self->lock);',
+     '        self->owner = 0;'),
+    ('_recorder_lock.c', 'lock-signals',
+     '            if (PyErr_CheckSignals() < 0)\n                return NULL;',
+     '            (void)0;'),
+    ('_recorder_lock.c', 'lock-take',
+     '    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK) != PY_LOCK_ACQUIRED) {',
+     '    if (0) {'),
 ]
+
+#: how long the tests of one fault may run: the whole list takes well under a minute
+TIMEOUT_S = 300
 
 #: faults no test can see, and why
 EQUIVALENT = {
@@ -410,8 +432,12 @@ def run(only: list[str], keep: bool) -> int:
                     print(f"{name}: does not build\n{built.stderr[-800:]}", flush=True)
                     gaps.append(name)
                     continue
-                ran = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS],
-                                     cwd=tree, capture_output=True, text=True)
+                try:
+                    ran = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                                          *TESTS], cwd=tree, capture_output=True, text=True, timeout=TIMEOUT_S)
+                except subprocess.TimeoutExpired:  # a fault that deadlocks the tests is seen, if not as a failure
+                    print(f"{name}: killed (the tests hung past {TIMEOUT_S} s)", flush=True)
+                    continue
                 last = ran.stdout.strip().splitlines()[-1] if ran.stdout.strip() else ""
                 if ran.returncode:
                     print(f"{name}: killed ({last})", flush=True)

@@ -18,6 +18,8 @@ from typing import Any
 STATS_ABI = 2
 #: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
 STACK_KEYS_ABI = 1
+#: ABI of _recorder_lock (RECORDER_LOCK_ABI in _recorder_lock.c)
+RECORDER_LOCK_ABI = 1
 #: ABI of _api_handler (API_HANDLER_ABI in _api_handler.c)
 API_HANDLER_ABI = 2
 #: what the C handler's context holds, by name (ApiMode builds it from these)
@@ -106,6 +108,11 @@ def row_builder(row_arity: int) -> ModuleType | None:
 def stack_keys() -> ModuleType | None:
     """``_stack_keys`` where it is built with this ABI, else None."""
     return _by_abi("_stack_keys", STACK_KEYS_ABI)
+
+
+def recorder_lock() -> ModuleType | None:
+    """``_recorder_lock`` where it is built with this ABI, else None (the recorder takes ``threading.RLock``)."""
+    return _by_abi("_recorder_lock", RECORDER_LOCK_ABI)
 
 
 def _with_context(name: str, abi: int, fields: tuple[str, ...]) -> ModuleType | None:

@@ -54,6 +54,9 @@ _build_rows = _row_builder.build_rows if _row_builder is not None else None
 # the same extension's one-pass split of the rows into columns (None: zip(*rows) and numpy's conversions)
 _split_rows = getattr(_row_builder, "split_rows", None)
 _attr_columns = getattr(_row_builder, "attr_columns", None)
+# optional C extension: the recorder's reentrant lock, taken twice a recorded call; threading.RLock without it
+_recorder_lock = c_contract.recorder_lock()
+_RecorderLock = _recorder_lock.RecorderLock if _recorder_lock is not None else threading.RLock
 #: the row fields materialize turns into numbers: small codes, the nullable numbers, the keyword flag, the call
 #: and summary slots
 _NUMERIC = ("kind", "io", "dtype", "device", "numel", "tensor_id", "requires_grad", "is_kwarg", "_call", "_stat")
@@ -80,7 +83,7 @@ class Recorder:
         self.step = 0
         self.active = False
         self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
-        self.lock = threading.RLock()
+        self.lock = _RecorderLock()
         self._working = _Working(self)
         hashes = cfg.summary_mode in ("md5", "crc32", "xor")
         self.summarizer = Summarizer(stats=cfg.summary_mode != "xor", hashes=hashes,
