@@ -159,12 +159,48 @@ def test_a_signal_interrupts_a_thread_waiting_for_it():
     assert _try(lock)
 
 
+@pytest.mark.parametrize("make", KINDS)
+def test_acquire_takes_rlock_s_arguments(make):
+    """blocking and timeout as threading.RLock takes them (the kit's own tests and users may pass them)."""
+    lock = make()
+    assert lock.acquire(blocking=False) is True and lock.acquire(False) is True  # reentrant either way
+    lock.release()
+    lock.release()
+    held, stop = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            stop.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    try:
+        assert lock.acquire(blocking=False) is False
+        t0 = time.monotonic()
+        assert lock.acquire(timeout=0.15) is False
+        assert 0.14 <= time.monotonic() - t0 < 5
+        assert lock.acquire(True, 0) is False
+    finally:
+        stop.set()
+        t.join()
+    assert lock.acquire(timeout=5) is True
+    lock.release()
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock.acquire(False, 1)
+    with pytest.raises(ValueError, match="must be positive"):
+        lock.acquire(timeout=-2)
+    with pytest.raises(TypeError):
+        lock.acquire(wait=True)
+    assert not lock._is_owned()
+
+
 @needs_c
-def test_it_takes_no_arguments():
+def test_it_is_made_without_arguments():
     with pytest.raises(TypeError):
         _built.RecorderLock(1)
-    with pytest.raises(TypeError):
-        _built.RecorderLock().acquire(False)
+    with pytest.raises(TypeError, match="multiple values"):
+        _built.RecorderLock().acquire(True, blocking=True)
 
 
 def test_a_stale_build_is_refused_with_a_warning(monkeypatch):

@@ -2,7 +2,8 @@
  *
  * threading.RLock's acquire() parses its (blocking, timeout) arguments with PyArg_ParseTupleAndKeywords even
  * when there are none: that parse is most of the cost of taking an uncontended lock, paid about a thousand
- * times in a recorded step. RecorderLock takes no arguments. It is reentrant like RLock: the owning thread and
+ * times in a recorded step. RecorderLock's acquire() takes the same arguments and parses nothing when given
+ * none, as the recorder calls it. It is reentrant like RLock: the owning thread and
  * a count are kept beside a plain PyThread lock, and read and written only while the GIL is held, so a thread
  * that owns it takes it again by adding one. A thread that has to wait releases the GIL and waits in slices,
  * checking for signals between them, so Ctrl-C still interrupts it.
@@ -56,33 +57,97 @@ static void RecorderLock_dealloc(RecorderLock *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* acquire(): wait as long as it takes; returns True, as RLock's does. */
-static PyObject *RecorderLock_acquire(RecorderLock *self, PyObject *Py_UNUSED(ignored))
+/* Take it, waiting up to timeout_us (-1: as long as it takes; 0: not at all): 1 taken, 0 not, -1 an error (a
+ * signal handler raised while waiting). */
+static int take(RecorderLock *self, long long timeout_us)
 {
     unsigned long me = PyThread_get_thread_ident();
     if (self->count > 0 && self->owner == me) {
         if (self->count == ULONG_MAX) {
             PyErr_SetString(PyExc_OverflowError, "RecorderLock: taken too many times");
-            return NULL;
+            return -1;
         }
         self->count++;
-        Py_RETURN_TRUE;
+        return 1;
     }
     if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK) != PY_LOCK_ACQUIRED) {
         for (;;) {
+            if (timeout_us == 0)
+                return 0;
+            long long slice = timeout_us < 0 || timeout_us > WAIT_SLICE_US ? WAIT_SLICE_US : timeout_us;
             PyLockStatus r;
             Py_BEGIN_ALLOW_THREADS
-            r = PyThread_acquire_lock_timed(self->lock, WAIT_SLICE_US, 0);
+            r = PyThread_acquire_lock_timed(self->lock, slice, 0);
             Py_END_ALLOW_THREADS
             if (r == PY_LOCK_ACQUIRED)
                 break;
             if (PyErr_CheckSignals() < 0)
-                return NULL;
+                return -1;
+            if (timeout_us > 0)
+                timeout_us -= slice;
         }
     }
     self->owner = me;
     self->count = 1;
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+/* acquire(blocking=True, timeout=-1), as RLock's; the recorder calls it with no arguments, which parses
+ * nothing. Returns whether it was taken. */
+static PyObject *RecorderLock_acquire(RecorderLock *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames)
+{
+    if (nargs == 0 && kwnames == NULL) {
+        int r = take(self, -1);
+        return r < 0 ? NULL : PyBool_FromLong(r);
+    }
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *blocking = NULL, *timeout = NULL;
+    if (nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "acquire() takes at most 2 arguments (blocking, timeout)");
+        return NULL;
+    }
+    if (nargs > 0)
+        blocking = args[0];
+    if (nargs > 1)
+        timeout = args[1];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject **slot = PyUnicode_CompareWithASCIIString(key, "blocking") == 0 ? &blocking
+                          : PyUnicode_CompareWithASCIIString(key, "timeout") == 0 ? &timeout : NULL;
+        if (slot == NULL || *slot != NULL) {
+            PyErr_Format(PyExc_TypeError, slot == NULL ? "acquire() got an unexpected keyword argument '%U'"
+                                                       : "acquire() got multiple values for argument '%U'", key);
+            return NULL;
+        }
+        *slot = args[nargs + i];
+    }
+    int block = blocking != NULL ? PyObject_IsTrue(blocking) : 1;
+    if (block < 0)
+        return NULL;
+    double seconds = timeout != NULL ? PyFloat_AsDouble(timeout) : -1.0;
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!block && seconds != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (seconds < 0 && seconds != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be positive");
+        return NULL;
+    }
+    if (seconds > 9.2e12) {  /* microseconds past a long long */
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
+    int r = take(self, !block ? 0 : seconds < 0 ? -1 : (long long)(seconds * 1e6));
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *RecorderLock_enter(RecorderLock *self, PyObject *Py_UNUSED(ignored))
+{
+    int r = take(self, -1);
+    return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
 /* release(): RuntimeError where the calling thread does not hold it, as RLock's. */
@@ -116,9 +181,10 @@ static PyObject *RecorderLock_repr(RecorderLock *self)
 }
 
 static PyMethodDef RecorderLock_methods[] = {
-    {"acquire", (PyCFunction)RecorderLock_acquire, METH_NOARGS, "Take the lock, waiting as long as it takes."},
+    {"acquire", (PyCFunction)(void (*)(void))RecorderLock_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1): take the lock (threading.RLock's arguments); whether it was taken."},
     {"release", (PyCFunction)RecorderLock_release, METH_NOARGS, "Give the lock back once."},
-    {"__enter__", (PyCFunction)RecorderLock_acquire, METH_NOARGS, "acquire()"},
+    {"__enter__", (PyCFunction)RecorderLock_enter, METH_NOARGS, "acquire()"},
     {"__exit__", (PyCFunction)RecorderLock_exit, METH_VARARGS, "release()"},
     {"_is_owned", (PyCFunction)RecorderLock_is_owned, METH_NOARGS, "Whether this thread holds the lock."},
     {NULL, NULL, 0, NULL},
@@ -131,7 +197,7 @@ static PyTypeObject RecorderLockType = {
     .tp_dealloc = (destructor)RecorderLock_dealloc,
     .tp_repr = (reprfunc)RecorderLock_repr,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The recorder's reentrant lock: threading.RLock's behaviour, acquire() without arguments.",
+    .tp_doc = "The recorder's reentrant lock: threading.RLock's behaviour; acquire() parses nothing when given none.",
     .tp_methods = RecorderLock_methods,
     .tp_new = RecorderLock_new,
 };
