@@ -192,6 +192,10 @@ def test_acquire_takes_rlock_s_arguments(make):
         lock.acquire(timeout=-2)
     with pytest.raises(TypeError):
         lock.acquire(wait=True)
+    with pytest.raises(ValueError, match="NaN"):
+        lock.acquire(timeout=float("nan"))
+    with pytest.raises(TypeError):
+        lock.acquire(timeout=None)
     assert not lock._is_owned()
 
 

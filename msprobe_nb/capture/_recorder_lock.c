@@ -128,6 +128,10 @@ static PyObject *RecorderLock_acquire(RecorderLock *self, PyObject *const *args,
     double seconds = timeout != NULL ? PyFloat_AsDouble(timeout) : -1.0;
     if (seconds == -1.0 && PyErr_Occurred())
         return NULL;
+    if (Py_IS_NAN(seconds)) {
+        PyErr_SetString(PyExc_ValueError, "Invalid value NaN (not a number)");
+        return NULL;
+    }
     if (!block && seconds != -1.0) {
         PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
         return NULL;
