@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -215,6 +216,9 @@ class Debugger:
         rec, cfg = self._recorder, self.config
         assert rec is not None and self._random is not None, "start() builds the recorder and the random policy"
         rec.resume()
+        # The module hooks are global, so other threads' modules reach them too; the L1 mode is the starting
+        # thread's alone (torch's mode stack is per thread), and so are the module calls recorded.
+        rec.thread = threading.get_ident()
         if self._api_mode is not None or self._aten_mode is not None:
             rec.active = True
             return

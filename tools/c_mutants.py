@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
          "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py",
-         "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py"]
+         "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py", "tests/test_recording_threads.py"]
 
 #: (file under msprobe_nb/capture/, or a path under msprobe_nb/ with its folder; name, original text (exactly once
 #: in the file), the fault)
@@ -369,6 +369,15 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('store/_chunk_codec.c', 'codec-last-fold',
      '    a = (a & 0xffff) + (a >> 16);\n    b = (b & 0xffff) + (b >> 16);\n    return',
      '    return'),
+    ('_module_hooks.c', 'hooks-thread-pre',
+     '    if (on > 0)\n        on = on_recording_thread(rec);\n',
+     ''),
+    ('_module_hooks.c', 'hooks-thread-post',
+     '    if (mine <= 0)\n        return mine < 0 ? NULL : Py_NewRef(Py_None);\n',
+     '    (void)mine;\n'),
+    ('_module_hooks.c', 'hooks-thread-ident',
+     '    return want == PyThread_get_thread_ident();',
+     '    return want != 0;'),
     ('_recorder_lock.c', 'lock-reentry',
      '        self->count++;\n        return 1;',
      '        return 1;'),

@@ -17,6 +17,7 @@
 #include <frameobject.h>
 /* the attributes read at their slots (_slot_attrs.h) */
 SLOT_CACHE(active);
+SLOT_CACHE(thread);
 SLOT_CACHE(call);
 SLOT_CACHE(construct);
 SLOT_CACHE(counter);
@@ -49,7 +50,7 @@ SLOT_CACHE(stack_id);
 enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 
-static PyObject *s_active, *s_module_stack, *s_counters, *s_select_all, *s_construct, *s_call, *s_dump;
+static PyObject *s_active, *s_thread, *s_module_stack, *s_counters, *s_select_all, *s_construct, *s_call, *s_dump;
 static PyObject *s_stack_id, *s_index, *s_module_path, *s_parameters_attr, *s_name;
 static PyObject *s_module, *s_forward, *s_recompute, *s_input, *s_output, *s_parameters, *s_eval_frame;
 static PyObject *s_grad_counters, *s_grad, *s_parameters_grad, *s_register_post_accumulate;
@@ -280,6 +281,21 @@ done:
     return failed;
 }
 
+/* Whether the calling thread is the one recording (Recorder.thread, set at start): the module hooks are global,
+   so other threads' modules reach them too, and are not recorded (the L1 mode is per thread as well). 1, 0, or -1
+   with an exception set. */
+static int on_recording_thread(PyObject *rec)
+{
+    PyObject *t = SLOT_GET(rec, thread);
+    if (t == NULL)
+        return -1;
+    unsigned long want = PyLong_AsUnsignedLong(t);
+    Py_DECREF(t);
+    if (want == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    return want == PyThread_get_thread_ident();
+}
+
 static PyObject *Hooks_pre(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
 {
     if (h->ctx == NULL || nargs != 2) {
@@ -288,6 +304,8 @@ static PyObject *Hooks_pre(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
     }
     PyObject *module = argv[0], *args = argv[1], *rec = CTX(h, C_RECORDER);
     int on = truth(SLOT_GET(rec, active));
+    if (on > 0)
+        on = on_recording_thread(rec);
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *frame = module_frame();
@@ -905,6 +923,9 @@ static PyObject *Hooks_post(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *module = argv[0], *rec = CTX(h, C_RECORDER);
+    int mine = on_recording_thread(rec); /* another thread's module: its pre-hook pushed nothing to pop */
+    if (mine <= 0)
+        return mine < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *stack = SLOT_GET(rec, module_stack);
     if (stack == NULL)
         return NULL;
@@ -1004,7 +1025,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_module_hooks",
 
 PyMODINIT_FUNC PyInit__module_hooks(void)
 {
-    if (api_calls_init() < 0 || INTERN(s_active, "active") || INTERN(s_module_stack, "module_stack")
+    if (api_calls_init() < 0 || INTERN(s_active, "active") || INTERN(s_thread, "thread") || INTERN(s_module_stack, "module_stack")
         || INTERN(s_counters, "counters") || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
         || INTERN(s_call, "call") || INTERN(s_dump, "dump") || INTERN(s_stack_id, "stack_id")
         || INTERN(s_index, "index") || INTERN(s_module_path, "module_path") || INTERN(s_parameters_attr, "_parameters")

@@ -8,6 +8,7 @@ change how gradients accumulate (seed FAQ), while tensor hooks only read them.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from msprobe_nb.capture.compiled import CompileWatch, compiled_name, is_compiled
 from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
+_get_ident = threading.get_ident
 _graph_task_id = torch._C._current_graph_task_id
 # optional C hooks (setup.py); None where they are not built or were built for another layout
 _module_hooks = c_contract.module_hooks()
@@ -80,7 +82,7 @@ class ModuleHooks:
         """The pre-hook's body in Python (``frame``: the frame that called the hook); the C hooks come here for
         a module met for the first time, a root model and a torch.compile wrapper."""
         rec = self.recorder
-        if not rec.active:
+        if not rec.active or rec.thread != _get_ident():  # another thread's module: not recorded
             return None
         with rec.working():
             try:
@@ -118,7 +120,7 @@ class ModuleHooks:
     def _post_py(self, module, args, *rest):
         """The forward hook's body in Python; the C hooks come here for a torch.compile wrapper."""
         rec = self.recorder
-        if not rec.module_stack:
+        if not rec.module_stack or rec.thread != _get_ident():  # another thread's module: its pre-hook pushed nothing
             return None
         with rec.working():
             try:
@@ -143,13 +145,13 @@ class ModuleHooks:
 
     def _optim_pre(self, optimizer, args, kwargs):
         rec = self.recorder
-        if rec.active:
+        if rec.active and rec.thread == _get_ident():
             rec.module_stack.append((optimizer, Call("optimizer", "Optimizer", type(optimizer).__name__, 0,
                                                      "forward", dump=False)))
 
     def _optim_post(self, optimizer, args, kwargs):
         rec = self.recorder
-        if rec.module_stack and rec.module_stack[-1][0] is optimizer:
+        if rec.module_stack and rec.module_stack[-1][0] is optimizer and rec.thread == _get_ident():
             rec.module_stack.pop()
 
 

@@ -73,8 +73,8 @@ class Recorder:
 
     # What the C recording paths read or write on every recorded call: as slots, _slot_attrs.h reads them at
     # their offsets instead of looking each up by name. Everything else lives in the instance dict.
-    __slots__ = ("active", "busy", "_all_data", "build_rows", "_row_ctx", "calls", "rows", "_seen", "call_index",
-                 "api_counters", "counters", "grad_counters", "module_stack", "_select_all", "construct",
+    __slots__ = ("active", "thread", "busy", "_all_data", "build_rows", "_row_ctx", "calls", "rows", "_seen",
+                 "call_index", "api_counters", "counters", "grad_counters", "module_stack", "_select_all", "construct",
                  "_next_tensor_id", "__dict__", "__weakref__")
 
     def __init__(self, cfg, rank: int = 0):
@@ -82,6 +82,7 @@ class Recorder:
         self.rank = rank
         self.step = 0
         self.active = False
+        self.thread = 0  # the thread that started recording (threading.get_ident()): module hooks record it alone
         self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
         self.lock = _RecorderLock()
         self._working = _Working(self)

@@ -1,0 +1,79 @@
+"""Other threads while a step records: their module calls reach the global module hooks but are not recorded.
+
+The L1 mode is the starting thread's alone (torch keeps a mode stack per thread); the module hooks are global,
+so a thread that runs modules beside the training step (a data pipeline's ``nn.Module`` transforms, an EMA
+model, an evaluation thread) reaches them as well. They record the starting thread's calls only: another
+thread's calls pushed onto the one module stack would mis-parent the step's calls, and rows it added after
+``stop()`` wrote the step broke the next write (an IndexError from ``Debugger.step()``, the step dropped).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from helpers import handlers
+
+import msprobe_nb
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("level", ["mix", "L0"])
+def test_another_thread_s_modules_are_not_recorded_and_break_nothing(tmp_path, level, c):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    side = nn.Sequential(nn.Linear(8, 8), nn.Tanh())  # Tanh: a module only the other thread runs
+    x = torch.randn(6, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    want = [step() for _ in range(3)]
+    model.load_state_dict(state)
+    stop, ran, errors = threading.Event(), [0], []
+
+    def other():
+        try:
+            with torch.no_grad():
+                while not stop.is_set():
+                    side(torch.ones(2, 8))
+                    ran[0] += 1
+        except Exception as e:  # pragma: no cover - reported by the assertion below
+            errors.append(repr(e))
+    with handlers(c), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level=level)
+        t = threading.Thread(target=other, daemon=True)
+        t.start()
+        try:
+            got = []
+            for _ in range(3):
+                dbg.start(model)
+                seen = ran[0]
+                while ran[0] < seen + 20:  # the other thread runs its modules while this step records
+                    time.sleep(0.001)
+                got.append(step())
+                dbg.stop()
+                dbg.step()
+        finally:
+            stop.set()
+            t.join(20)
+        dbg.close()
+    assert not t.is_alive() and not errors
+    assert [str(w.message) for w in caught if "msprobe_nb" in str(w.message)] == []
+    assert all(map(torch.equal, got, want))  # the step computes bitwise what it computes without the kit
+    calls = msprobe_nb.load(tmp_path / "d").calls
+    assert sorted(set(calls["step"])) == [0, 1, 2] and not dbg.errors
+    modules = calls[calls.family == "Module"]
+    assert set(modules.op) == {"Linear", "ReLU"}, set(modules.op)  # no Tanh: the other thread's are not recorded
+    # the step's own module calls each step: 2 Linear + 1 ReLU forward, parented by nothing else
+    fwd = modules[(modules.direction == "forward") & (modules.io == "output")]
+    assert fwd.groupby("step").call.nunique().tolist() == [3, 3, 3]
