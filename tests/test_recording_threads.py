@@ -77,3 +77,40 @@ def test_another_thread_s_modules_are_not_recorded_and_break_nothing(tmp_path, l
     # the step's own module calls each step: 2 Linear + 1 ReLU forward, parented by nothing else
     fwd = modules[(modules.direction == "forward") & (modules.io == "output")]
     assert fwd.groupby("step").call.nunique().tolist() == [3, 3, 3]
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("level", ["mix", "L0"])
+def test_a_backward_on_another_thread_records_as_on_the_starting_one(tmp_path, level, c):
+    """On accelerators autograd runs a backward on its own thread per device, and a checkpointed module's
+    recomputation runs there. A backward run on another thread (as CUDA's is) records the same rows, the
+    recomputed modules' included, as the same step with its backward on the starting thread."""
+    def run(where, on_thread: bool):
+        torch.manual_seed(0)
+        block = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+        head = nn.Linear(8, 2)
+        model = nn.ModuleDict({"block": block, "head": head})
+        x = torch.randn(4, 8, requires_grad=True)
+        with handlers(c):
+            dbg = msprobe_nb.Debugger(dump_path=where, level=level)
+            dbg.start(model)
+            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            loss = head(h).square().mean()
+            if on_thread:
+                t = threading.Thread(target=loss.backward)
+                t.start()
+                t.join(20)
+            else:
+                loss.backward()
+            dbg.stop()
+            dbg.step()
+            dbg.close()
+        assert not dbg.errors
+        return msprobe_nb.load(where).calls, [p.grad for p in model.parameters()]
+    here, grads_here = run(tmp_path / "here", False)
+    there, grads_there = run(tmp_path / "there", True)
+    cols = ["call", "direction", "io", "name", "parent", "shape", "max", "min", "mean", "norm"]
+    assert here[cols].equals(there[cols])
+    assert all(map(torch.equal, grads_here, grads_there))
+    recomputed = there[(there.family == "Module") & (there.direction == "recompute")]
+    assert set(recomputed.op) >= {"Linear", "GELU"}, set(there.direction)

@@ -281,10 +281,12 @@ done:
     return failed;
 }
 
-/* Whether the calling thread is the one recording (Recorder.thread, set at start): the module hooks are global,
-   so other threads' modules reach them too, and are not recorded (the L1 mode is per thread as well). 1, 0, or -1
-   with an exception set. */
-static int on_recording_thread(PyObject *rec)
+/* Whether this module call is the recorded step's: on the thread that called start() (Recorder.thread), or inside
+   an autograd graph task, where autograd's own threads (one per device on accelerators) run the step's backward
+   and with it the recomputation of checkpointed modules. The module hooks are global, so other threads' modules
+   (a data pipeline's transforms, an EMA model) reach them too, and are not recorded; the L1 mode is per thread
+   as well. 1, 0, or -1 with an exception set. */
+static int on_recording_thread(Hooks *h, PyObject *rec)
 {
     PyObject *t = SLOT_GET(rec, thread);
     if (t == NULL)
@@ -293,7 +295,16 @@ static int on_recording_thread(PyObject *rec)
     Py_DECREF(t);
     if (want == (unsigned long)-1 && PyErr_Occurred())
         return -1;
-    return want == PyThread_get_thread_ident();
+    if (want == PyThread_get_thread_ident())
+        return 1;
+    PyObject *task = PyObject_CallNoArgs(CTX(h, C_GRAPH_TASK_ID));
+    if (task == NULL)
+        return -1;
+    long id = PyLong_AsLong(task);
+    Py_DECREF(task);
+    if (id == -1 && PyErr_Occurred())
+        return -1;
+    return id != -1;
 }
 
 static PyObject *Hooks_pre(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
@@ -305,7 +316,7 @@ static PyObject *Hooks_pre(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
     PyObject *module = argv[0], *args = argv[1], *rec = CTX(h, C_RECORDER);
     int on = truth(SLOT_GET(rec, active));
     if (on > 0)
-        on = on_recording_thread(rec);
+        on = on_recording_thread(h, rec);
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *frame = module_frame();
@@ -923,7 +934,7 @@ static PyObject *Hooks_post(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *module = argv[0], *rec = CTX(h, C_RECORDER);
-    int mine = on_recording_thread(rec); /* another thread's module: its pre-hook pushed nothing to pop */
+    int mine = on_recording_thread(h, rec); /* another thread's module: its pre-hook pushed nothing to pop */
     if (mine <= 0)
         return mine < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *stack = SLOT_GET(rec, module_stack);

@@ -82,7 +82,7 @@ class ModuleHooks:
         """The pre-hook's body in Python (``frame``: the frame that called the hook); the C hooks come here for
         a module met for the first time, a root model and a torch.compile wrapper."""
         rec = self.recorder
-        if not rec.active or rec.thread != _get_ident():  # another thread's module: not recorded
+        if not rec.active or not _recorded_thread(rec):  # another thread's module: not recorded
             return None
         with rec.working():
             try:
@@ -120,7 +120,7 @@ class ModuleHooks:
     def _post_py(self, module, args, *rest):
         """The forward hook's body in Python; the C hooks come here for a torch.compile wrapper."""
         rec = self.recorder
-        if not rec.module_stack or rec.thread != _get_ident():  # another thread's module: its pre-hook pushed nothing
+        if not rec.module_stack or not _recorded_thread(rec):  # another thread's: its pre-hook pushed nothing
             return None
         with rec.working():
             try:
@@ -145,14 +145,21 @@ class ModuleHooks:
 
     def _optim_pre(self, optimizer, args, kwargs):
         rec = self.recorder
-        if rec.active and rec.thread == _get_ident():
+        if rec.active and _recorded_thread(rec):
             rec.module_stack.append((optimizer, Call("optimizer", "Optimizer", type(optimizer).__name__, 0,
                                                      "forward", dump=False)))
 
     def _optim_post(self, optimizer, args, kwargs):
         rec = self.recorder
-        if rec.module_stack and rec.module_stack[-1][0] is optimizer and rec.thread == _get_ident():
+        if rec.module_stack and rec.module_stack[-1][0] is optimizer and _recorded_thread(rec):
             rec.module_stack.pop()
+
+
+def _recorded_thread(rec: Recorder) -> bool:
+    """Whether a module call is the recorded step's: on the thread that called start(), or inside an autograd
+    graph task (autograd's own threads run the step's backward, and with it checkpointed modules' recomputation).
+    The hooks are global, so other threads' modules reach them too; the L1 mode is per thread as well."""
+    return rec.thread == _get_ident() or _graph_task_id() != -1
 
 
 def _pop_module(stack: list, module) -> Call | None:
