@@ -45,6 +45,7 @@ def test_another_thread_s_modules_are_not_recorded_and_break_nothing(tmp_path, l
             with torch.no_grad():
                 while not stop.is_set():
                     side(torch.ones(2, 8))
+                    model[0](torch.ones(2, 16))  # a module of the recorded model: its path is known
                     ran[0] += 1
         except Exception as e:  # pragma: no cover - reported by the assertion below
             errors.append(repr(e))
@@ -74,9 +75,10 @@ def test_another_thread_s_modules_are_not_recorded_and_break_nothing(tmp_path, l
     assert sorted(set(calls["step"])) == [0, 1, 2] and not dbg.errors
     modules = calls[calls.family == "Module"]
     assert set(modules.op) == {"Linear", "ReLU"}, set(modules.op)  # no Tanh: the other thread's are not recorded
-    # the step's own module calls each step: 2 Linear + 1 ReLU forward, parented by nothing else
-    fwd = modules[(modules.direction == "forward") & (modules.io == "output")]
+    # the step's own module calls each step: 2 Linear + 1 ReLU forward, their inputs and outputs alike
+    fwd = modules[modules.direction == "forward"]
     assert fwd.groupby("step").call.nunique().tolist() == [3, 3, 3]
+    assert fwd[fwd.io == "output"].groupby("step").call.nunique().tolist() == [3, 3, 3]
 
 
 @pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
