@@ -116,3 +116,62 @@ def test_a_backward_on_another_thread_records_as_on_the_starting_one(tmp_path, l
     assert all(map(torch.equal, grads_here, grads_there))
     recomputed = there[(there.family == "Module") & (there.direction == "recompute")]
     assert set(recomputed.op) >= {"Linear", "GELU"}, set(there.direction)
+
+
+class _Gate(nn.Module):
+    """On the recording thread, its forward lets another thread run this very module (while its own call is
+    on the module stack) before it goes on."""
+
+    def __init__(self, main: int, inside: threading.Event, done: threading.Event):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.main, self.inside, self.done = main, inside, done
+
+    def forward(self, x):
+        if threading.get_ident() == self.main:
+            self.inside.set()
+            assert self.done.wait(20), "the other thread did not run"
+            self.done.clear()
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("level", ["mix", "L0"])
+def test_another_thread_running_a_module_the_step_is_inside_leaves_its_call_alone(tmp_path, level, c):
+    """The other thread's forward hook of a module whose call the step has on its module stack pops nothing:
+    the step's call gets its outputs and parents as without the other thread."""
+    inside, done, stop = threading.Event(), threading.Event(), threading.Event()
+    torch.manual_seed(0)
+    gate = _Gate(threading.get_ident(), inside, done)
+    model = nn.Sequential(nn.Linear(8, 8), gate)
+    x = torch.randn(4, 8)
+
+    def other():
+        while not stop.is_set():
+            if inside.wait(0.05):
+                inside.clear()
+                with torch.no_grad():
+                    gate(torch.ones(2, 8))
+                done.set()
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    try:
+        with handlers(c):
+            dbg = msprobe_nb.Debugger(dump_path=tmp_path / "d", level=level)
+            for _ in range(2):
+                dbg.start(model)
+                model(x).sum().backward()
+                dbg.stop()
+                dbg.step()
+            dbg.close()
+    finally:
+        stop.set()
+        t.join(20)
+    assert not dbg.errors
+    calls = msprobe_nb.load(tmp_path / "d").calls
+    fwd = calls[(calls.family == "Module") & (calls.direction == "forward")]
+    for step, rows in fwd.groupby("step"):
+        outs = set(rows[rows.io == "output"].call)
+        assert {c for c in rows.call if "_Gate" in c} <= outs, (step, sorted(set(rows.call)))
+        lin = rows[rows.call.str.contains(r"\.lin\.|Linear") & (rows.io == "output")]
+        assert lin.parent.str.contains("_Gate").any(), (step, lin[["call", "parent"]])
