@@ -1037,7 +1037,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_module_hooks",
 PyMODINIT_FUNC PyInit__module_hooks(void)
 {
     if (api_calls_init() < 0 || INTERN(s_active, "active") || INTERN(s_thread, "thread")
-        || INTERN(s_module_stack, "module_stack") || INTERN(s_counters, "counters") || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
+        || INTERN(s_module_stack, "module_stack") || INTERN(s_counters, "counters")
+        || INTERN(s_select_all, "_select_all") || INTERN(s_construct, "construct")
         || INTERN(s_call, "call") || INTERN(s_dump, "dump") || INTERN(s_stack_id, "stack_id")
         || INTERN(s_index, "index") || INTERN(s_module_path, "module_path") || INTERN(s_parameters_attr, "_parameters")
         || INTERN(s_name, "__name__")
