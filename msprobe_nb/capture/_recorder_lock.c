@@ -148,12 +148,6 @@ static PyObject *RecorderLock_acquire(RecorderLock *self, PyObject *const *args,
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static PyObject *RecorderLock_enter(RecorderLock *self, PyObject *Py_UNUSED(ignored))
-{
-    int r = take(self, -1);
-    return r < 0 ? NULL : PyBool_FromLong(r);
-}
-
 /* release(): RuntimeError where the calling thread does not hold it, as RLock's. */
 static PyObject *RecorderLock_release(RecorderLock *self, PyObject *Py_UNUSED(ignored))
 {
@@ -188,7 +182,7 @@ static PyMethodDef RecorderLock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))RecorderLock_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(blocking=True, timeout=-1): take the lock (threading.RLock's arguments); whether it was taken."},
     {"release", (PyCFunction)RecorderLock_release, METH_NOARGS, "Give the lock back once."},
-    {"__enter__", (PyCFunction)RecorderLock_enter, METH_NOARGS, "acquire()"},
+    {"__enter__", (PyCFunction)(void (*)(void))RecorderLock_acquire, METH_FASTCALL | METH_KEYWORDS, "acquire()"},
     {"__exit__", (PyCFunction)RecorderLock_exit, METH_VARARGS, "release()"},
     {"_is_owned", (PyCFunction)RecorderLock_is_owned, METH_NOARGS, "Whether this thread holds the lock."},
     {NULL, NULL, 0, NULL},
