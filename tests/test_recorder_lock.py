@@ -1,6 +1,7 @@
 """The recorder's lock: the C RecorderLock (capture/_recorder_lock.c) behaves as threading.RLock, its fallback."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -73,6 +74,25 @@ def _try(lock) -> bool:
     return done.wait(0.2)
 
 
+@contextlib.contextmanager
+def _held_elsewhere(lock):
+    """``lock`` held by another thread for the duration of the block."""
+    held, stop = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            stop.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(5)
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+
+
 @pytest.mark.parametrize("make", KINDS)
 def test_a_thread_that_does_not_hold_it_cannot_release_it(make):
     lock = make()
@@ -128,34 +148,25 @@ def test_an_exception_in_the_with_block_gives_it_back(make):
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 def test_a_signal_interrupts_a_thread_waiting_for_it():
     """A thread waiting on the lock still runs signal handlers: Ctrl-C stops a program stuck on it."""
-    lock, held, stop = _built.RecorderLock(), threading.Event(), threading.Event()
-
-    def hold():
-        with lock:
-            held.set()
-            stop.wait(10)
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(5)
+    lock = _built.RecorderLock()
 
     class Alarm(Exception):
         pass
 
     def raise_alarm(signum, frame):
         raise Alarm
-    old = signal.signal(signal.SIGALRM, raise_alarm)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        t0 = time.monotonic()
-        with pytest.raises(Alarm):
-            lock.acquire()
-        assert time.monotonic() - t0 < 5
-        assert not lock._is_owned()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        stop.set()
-        t.join()
+    with _held_elsewhere(lock):
+        old = signal.signal(signal.SIGALRM, raise_alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            t0 = time.monotonic()
+            with pytest.raises(Alarm):
+                lock.acquire()
+            assert time.monotonic() - t0 < 5
+            assert not lock._is_owned()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
     assert _try(lock)
 
 
@@ -166,24 +177,12 @@ def test_acquire_takes_rlock_s_arguments(make):
     assert lock.acquire(blocking=False) is True and lock.acquire(False) is True  # reentrant either way
     lock.release()
     lock.release()
-    held, stop = threading.Event(), threading.Event()
-
-    def hold():
-        with lock:
-            held.set()
-            stop.wait(10)
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(5)
-    try:
+    with _held_elsewhere(lock):
         assert lock.acquire(blocking=False) is False
         t0 = time.monotonic()
         assert lock.acquire(timeout=0.15) is False
         assert 0.14 <= time.monotonic() - t0 < 5
         assert lock.acquire(True, 0) is False
-    finally:
-        stop.set()
-        t.join()
     assert lock.acquire(timeout=5) is True
     lock.release()
     with pytest.raises(ValueError, match="non-blocking"):
