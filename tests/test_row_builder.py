@@ -60,11 +60,20 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _entry(summ, i: int):
+    """Summary i's statistics as a tuple of floats, whether the Python summarizer made the tuple or the C row
+    builder wrote them into the flat buffer; None for any other entry (staged, a device tensor)."""
+    v = summ._values[i]
+    if v is stats_mod.FLAT:
+        return tuple(float(x) for x in np.frombuffer(summ._flat, np.float64).reshape(-1, 7)[i])
+    return v if isinstance(v, tuple) else None
+
+
 def _state(rec) -> tuple:
     """What a recording step has built so far: rows, seen entries (weakrefs as their targets' ids), ids, and
     the calls that have rows, with the slots their rows point at."""
     seen = {k: [id(e[0]()), *e[1:]] for k, e in rec._seen.items()}
-    values = [v if isinstance(v, tuple) else None for v in rec.summarizer._values]
+    values = [_entry(rec.summarizer, i) for i in range(len(rec.summarizer._values))]
     calls = [(c.call, c.slot) for c in rec.calls]
     return rec.rows, seen, rec._next_tensor_id, values, list(rec._dtypes.values), list(rec._devices.values), calls
 
@@ -550,15 +559,47 @@ def test_the_statistics_pack_into_the_array_numpy_makes():
     pack = stats_mod._pack_stats
     values = [(1.0, -2.0, 0.5, 3.0, 0.0, 0.0, 0.0), (math.nan, math.inf, -math.inf, -0.0, 1.0, 2.0, 3.0)]
     out = np.empty((2, 7))
-    assert pack(values, out) is True
+    assert pack(values, b"", out) is True
     np.testing.assert_array_equal(out, np.array(values))
     assert np.signbit(out[1, 3])
-    assert pack([], np.empty((0, 7))) is True
+    assert pack([], b"", np.empty((0, 7))) is True
     for odd in ([values[0], None], [values[0], (1.0,) * 6], [values[0], (1, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0)],
-                [values[0], torch.zeros(7)]):
-        assert pack(odd, np.empty((2, 7))) is False  # the summarizer then converts the list itself
+                [values[0], torch.zeros(7)], [values[0], stats_mod.FLAT]):  # a mark past the flat rows
+        assert pack(odd, b"", np.empty((2, 7))) is False  # the summarizer then converts the list itself
     with pytest.raises(ValueError, match="7 doubles per entry"):
-        pack(values, np.empty((3, 7)))
+        pack(values, b"", np.empty((3, 7)))
+
+
+def test_flat_rows_and_tuples_pack_by_their_index():
+    """The C row builder's summaries are Ellipsis in values and 7 doubles at the same index of the flat buffer
+    (rows it did not write are padding); tuples between them keep their places."""
+    pack, flat_mark = stats_mod._pack_stats, stats_mod.FLAT
+    rows = np.arange(21, dtype=np.float64).reshape(3, 7)
+    rows[1] = np.nan  # padding under the tuple's entry
+    mid = (-1.0, -2.0, -3.0, -0.0, 4.0, 5.0, 6.0)
+    out = np.empty((4, 7))
+    assert pack([flat_mark, mid, flat_mark, (7.0,) * 7], rows.tobytes(), out) is True
+    np.testing.assert_array_equal(out, np.vstack([rows[0], mid, rows[2], [7.0] * 7]))
+    assert np.signbit(out[1, 3])
+    for bad in (rows.tobytes()[:-8], np.zeros((5, 7)).tobytes()):  # not whole rows; more rows than entries
+        with pytest.raises(ValueError, match="flat buffer"):
+            pack([flat_mark] * 4, bad, out)
+
+
+def test_the_summarizer_materializes_flat_rows_beside_device_entries(monkeypatch):
+    """A step that mixes the C rows' flat statistics with an entry pack_stats does not take (a tensor, as a
+    device's summaries are) goes through the summarizer's own loop, which reads each flat row at its index."""
+    s = stats_mod.Summarizer()
+    s._values = [(1.0,) * 7, stats_mod.FLAT, torch.full((7,), 2.0, dtype=torch.float64), stats_mod.FLAT]
+    flat = np.full((4, 7), np.nan)
+    flat[1], flat[3] = 3.0, 4.0
+    s._flat = bytearray(flat.tobytes())
+    out, _ = s.materialize()
+    np.testing.assert_array_equal(out, np.array([[1.0] * 7, [3.0] * 7, [2.0] * 7, [4.0] * 7]))
+    monkeypatch.setattr(stats_mod, "_pack_stats", None)  # no kernel: the same loop
+    s._values[2] = (2.0,) * 7
+    out, _ = s.materialize()
+    np.testing.assert_array_equal(out, np.array([[1.0] * 7, [3.0] * 7, [2.0] * 7, [4.0] * 7]))
 
 
 def test_a_tensor_attribute_patched_between_calls_is_read_anew(monkeypatch):

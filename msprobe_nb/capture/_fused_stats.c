@@ -201,27 +201,40 @@ static PyObject *int_stats_at(PyObject *self, PyObject *args)
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
-/* pack_stats(values, out): the step's statistics, a list of 7-tuples of floats, into out (a writable buffer of
-   7 * len(values) doubles) in one pass, where numpy.array(values) would discover the nesting first. True when
-   every entry was such a tuple; False as soon as one is not (a device tensor, a staged entry), out then holds
-   nothing of use and the caller converts the list itself. */
+/* pack_stats(values, flat, out): the step's statistics into out (a writable buffer of 7 * len(values) doubles) in
+   one pass, where numpy.array(values) would discover the nesting first. An entry is a 7-tuple of floats, or
+   Ellipsis where the C row builder wrote its seven doubles into flat (a buffer of 7 doubles per entry, indexed as
+   values, as long as its last such entry). True when every entry was one of these; False as soon as one is not
+   (a device tensor, a staged entry): out then holds nothing of use and the caller converts the list itself. */
 static PyObject *pack_stats(PyObject *self, PyObject *args)
 {
     PyObject *values;
-    Py_buffer out;
+    Py_buffer flat, out;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!w*", &PyList_Type, &values, &out))
+    if (!PyArg_ParseTuple(args, "O!y*w*", &PyList_Type, &values, &flat, &out))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    if (out.len != 7 * n * (Py_ssize_t)sizeof(double) || (out.itemsize != 1 && out.itemsize != sizeof(double))) {
+    Py_ssize_t n = PyList_GET_SIZE(values), row = 7 * (Py_ssize_t)sizeof(double);
+    const char *problem = NULL;
+    if (out.len != n * row || (out.itemsize != 1 && out.itemsize != sizeof(double)))
+        problem = "pack_stats() needs an output buffer of 7 doubles per entry";
+    else if (flat.len % row != 0 || flat.len > n * row)
+        problem = "pack_stats() needs a flat buffer of at most 7 doubles per entry";
+    if (problem != NULL) {
+        PyBuffer_Release(&flat);
         PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "pack_stats() needs an output buffer of 7 doubles per entry");
+        PyErr_SetString(PyExc_ValueError, problem);
         return NULL;
     }
     double *dst = (double *)out.buf;
+    const char *src = (const char *)flat.buf;
+    Py_ssize_t written = flat.len / row;
     int packed = 1;
     for (Py_ssize_t i = 0; packed && i < n; i++) {
         PyObject *v = PyList_GET_ITEM(values, i);
+        if (v == Py_Ellipsis && i < written) {
+            memcpy(dst + 7 * i, src + i * row, (size_t)row);
+            continue;
+        }
         if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 7) {
             packed = 0;
             break;
@@ -235,13 +248,15 @@ static PyObject *pack_stats(PyObject *self, PyObject *args)
             dst[7 * i + j] = PyFloat_AS_DOUBLE(x);
         }
     }
+    PyBuffer_Release(&flat);
     PyBuffer_Release(&out);
     return PyBool_FromLong(packed);
 }
 
 static PyMethodDef methods[] = {
     {"pack_stats", pack_stats, METH_VARARGS,
-     "pack_stats(values, out): a list of 7-tuples of floats into out (7 doubles each); False where one is not."},
+     "pack_stats(values, flat, out): a list of 7-tuples of floats, or Ellipsis for a row of flat, into out (7 doubles"
+     " each); False where an entry is neither."},
     {"stats_at", stats_at, METH_VARARGS,
      "stats_at(address, n) -> (max, min, sum, norm) of the n float32 values at address (a tensor's data_ptr()),"
      " in one pass."},

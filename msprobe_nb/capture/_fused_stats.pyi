@@ -21,6 +21,6 @@ def int_stats_at(address: int, n: int, code: int) -> tuple[float, float, float, 
 def norms_into(addresses: Any, counts: Any, out: Any) -> None:
     """Writes into ``out`` (float32) the norm of each run of ``counts[k]`` float32 values at ``addresses[k]``."""
 
-def pack_stats(values: list[Any], out: Any) -> bool:
+def pack_stats(values: list[Any], flat: Any, out: Any) -> bool:
     """Writes ``values`` (7-tuples of floats) into ``out`` (7 float64 each); False as soon as one is not such a
     tuple (``out`` then holds nothing of use)."""

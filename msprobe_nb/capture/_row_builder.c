@@ -25,11 +25,11 @@
 SLOT_CACHE(next_id);
 SLOT_CACHE(tensors);
 SLOT_CACHE(values);
+SLOT_CACHE(flat);
 
 static PyObject *s_version, *s_dtype, *s_shape, *s_numel, *s_is_cpu, *s_requires_grad, *s_empty;
-static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_next_id, *s_tensors;
+static PyObject *s_layout, *s_is_contiguous, *s_stride, *s_is_neg, *s_data_ptr, *s_values, *s_flat, *s_next_id, *s_tensors;
 static PyObject *k_tensor, *k_none, *k_value, *k_zero, *k_minus_one, *k_one;
-static PyObject *f_zero;  /* 0.0, shared by the statistics rows (the kernel's three counts are 0.0) */
 /* the tensor attributes read through their getters (_slot_attrs.h) */
 GETSET_CACHE(layout);
 GETSET_CACHE(version);
@@ -238,26 +238,32 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
     return 1;
 }
 
-/* The summarizer's entry of a statistics row: a tuple of seven floats, each 0.0 the shared one (a kernel's row
-   counts no NaN or inf), so a summary makes the floats it needs and no more. */
-static PyObject *stats_tuple(const double s[7])
+/* Write the seven statistics of the summary at index idx into flat (the summarizer's bytearray of 7 doubles per
+   summary, indexed as its values), growing it to idx + 1 rows; rows between that no kernel wrote are NaN (their
+   entries in values are the summarizer's own, which materialize reads instead). 0, or -1 on error. */
+static int write_flat(PyObject *flat, Py_ssize_t idx, const double s[7])
 {
-    PyObject *row = PyTuple_New(7);
-    if (row == NULL)
-        return NULL;
-    for (int j = 0; j < 7; j++) {
-        PyObject *x = f_zero;
-        if (s[j] != 0.0 || signbit(s[j]))
-            x = PyFloat_FromDouble(s[j]);
-        else
-            Py_INCREF(x);
-        if (x == NULL) {
-            Py_DECREF(row);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(row, j, x);
+    const Py_ssize_t row = 7 * (Py_ssize_t)sizeof(double);
+    if (!PyByteArray_CheckExact(flat)) {
+        PyErr_SetString(PyExc_TypeError, "the summarizer's _flat must be a bytearray");
+        return -1;
     }
-    return row;
+    Py_ssize_t have = PyByteArray_GET_SIZE(flat) / row;
+    if (PyByteArray_GET_SIZE(flat) != have * row) {
+        PyErr_SetString(PyExc_ValueError, "the summarizer's _flat is not whole rows of 7 doubles");
+        return -1;
+    }
+    if (have > idx) {
+        PyErr_SetString(PyExc_ValueError, "the summarizer's _flat runs ahead of its values");
+        return -1;
+    }
+    if (PyByteArray_Resize(flat, (idx + 1) * row) < 0)
+        return -1;
+    double *d = (double *)PyByteArray_AS_STRING(flat);
+    for (Py_ssize_t i = 7 * have; i < 7 * idx; i++)
+        d[i] = NAN;
+    memcpy(d + 7 * idx, s, (size_t)row);
+    return 0;
 }
 
 /* Summarizer.summarize(leaf) for a plain tensor: the index of its statistics in the summarizer's values. The
@@ -308,23 +314,32 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
             return NULL;
         }
     }
-    PyObject *row = stats_tuple(stats);
-    PyObject *values = row == NULL ? NULL : SLOT_GET(summ, values);
-    PyObject *tensors = values == NULL || !copying ? NULL : SLOT_GET(summ, tensors);
+    /* the statistics go to the summarizer's flat buffer, its values get the mark (Ellipsis) at their index */
+    PyObject *values = SLOT_GET(summ, values);
+    PyObject *flat = values == NULL ? NULL : SLOT_GET(summ, flat);
+    PyObject *tensors = flat == NULL || !copying ? NULL : SLOT_GET(summ, tensors);
     Py_ssize_t idx = -1;
-    if (values != NULL && (!copying || tensors != NULL)) {
+    if (flat != NULL && (!copying || tensors != NULL)) {
         if (!PyList_CheckExact(values) || (copying && !PyList_CheckExact(tensors)))
             PyErr_SetString(PyExc_TypeError, "the summarizer's values and tensors must be lists");
         else if (copying && PyList_GET_SIZE(tensors) != PyList_GET_SIZE(values))
             PyErr_SetString(PyExc_ValueError, "the summarizer's values and tensors are not aligned");
-        else if (PyList_Append(values, row) == 0) {  /* as summarize: the statistics, then the copy */
-            idx = PyList_GET_SIZE(values) - 1;
-            if (copying && PyList_Append(tensors, copy) < 0)
-                idx = -1;
+        else if (write_flat(flat, PyList_GET_SIZE(values), stats) == 0) {
+            Py_ssize_t at = PyList_GET_SIZE(values);
+            if (PyList_Append(values, Py_Ellipsis) == 0) {
+                idx = at;  /* as summarize: the statistics, then the copy */
+                if (copying && PyList_Append(tensors, copy) < 0)
+                    idx = -1;
+            } else {  /* no entry after all: its row goes, so the buffer stays indexed as values */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                (void)PyByteArray_Resize(flat, at * 7 * (Py_ssize_t)sizeof(double));
+                PyErr_Restore(type, value, tb);
+            }
         }
     }
-    Py_XDECREF(row);
     Py_XDECREF(values);
+    Py_XDECREF(flat);
     Py_XDECREF(tensors);
     Py_XDECREF(copy);
     return idx < 0 ? NULL : PyLong_FromSsize_t(idx);
@@ -975,18 +990,18 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_is_neg = PyUnicode_InternFromString("is_neg");
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     s_values = PyUnicode_InternFromString("_values");
+    s_flat = PyUnicode_InternFromString("_flat");
     s_next_id = PyUnicode_InternFromString("_next_tensor_id");
     s_tensors = PyUnicode_InternFromString("tensors");
     k_one = PyLong_FromLong(1);
-    f_zero = PyFloat_FromDouble(0.0);
     k_tensor = PyLong_FromLong(KIND_TENSOR);
     k_none = PyLong_FromLong(KIND_NONE);
     k_value = PyLong_FromLong(KIND_VALUE);
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
     if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_empty
-        || !k_tensor || !k_none || !k_value || !k_zero || !f_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
-        || !s_is_neg || !s_data_ptr || !s_values || !s_next_id || !s_tensors)
+        || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
+        || !s_is_neg || !s_data_ptr || !s_values || !s_flat || !s_next_id || !s_tensors)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

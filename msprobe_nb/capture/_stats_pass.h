@@ -27,7 +27,7 @@ typedef int v8i __attribute__((vector_size(32)));
 /* The ABI of the statistics extensions (_fused_stats, _row_builder), exported as their ABI attribute: raise it
    whenever a function's arguments, a result's layout or the context's fields change, with the number the
    Python side expects (capture/c_contract.py), so that a stale build is refused instead of misread. */
-#define MSPROBE_NB_STATS_ABI 2
+#define MSPROBE_NB_STATS_ABI 3
 
 /* torch's float32 norm from a sum of squares: |x| for one element (first), inf once the float32 sum of squares
    overflows, else its square root. The one definition of the rule, for every extension that computes norms. */

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 #: ABI of _fused_stats and _row_builder (MSPROBE_NB_STATS_ABI in _stats_pass.h)
-STATS_ABI = 2
+STATS_ABI = 3
 #: ABI of _stack_keys (STACK_KEYS_ABI in _stack_keys.c)
 STACK_KEYS_ABI = 1
 #: ABI of _recorder_lock (RECORDER_LOCK_ABI in _recorder_lock.c)

@@ -32,6 +32,8 @@ _int_at = _kernel.int_stats_at if _kernel is not None else None
 _strided_at = _kernel.strided_stats_at if _kernel is not None else None
 _counted_at = _kernel.counted_stats_at if _kernel is not None else None
 _pack_stats = getattr(_kernel, "pack_stats", None)  # a step's list of 7-tuples into one array, in one pass
+#: a summary entry whose statistics the C row builder wrote into the summarizer's flat buffer (capture/_row_builder.c)
+FLAT = Ellipsis
 
 NAN = float("nan")
 _F32, _STRIDED, _TENSOR, _PARAMETER = torch.float32, torch.strided, torch.Tensor, torch.nn.Parameter
@@ -338,7 +340,7 @@ class Summarizer:
     """Collects statistics, hashes and (tensor mode) copies for one step; indices point into its buffers."""
 
     # read by the C row builder for every summary it adds (_slot_attrs.h); the rest lives in the instance dict
-    __slots__ = ("_values", "tensors", "__dict__", "__weakref__")
+    __slots__ = ("_values", "_flat", "tensors", "__dict__", "__weakref__")
 
     def __init__(self, stats: bool = True, hashes: bool = False, keep_tensors: bool = False):
         self.want_stats = stats
@@ -349,7 +351,10 @@ class Summarizer:
         self.reset()
 
     def reset(self) -> None:
-        self._values: list = []            # tuple of floats (CPU) or device tensor of 7
+        # per summary: a tuple of 7 floats (CPU), a device tensor of 7, None while staged, or FLAT: the C row
+        # builder's, whose 7 doubles are row i of _flat (no Python objects a summary)
+        self._values: list = []
+        self._flat = bytearray()           # 7 float64 per summary, as long as the last FLAT entry
         self._hashes: list = []            # str, or a host copy awaiting its CRC
         self.tensors: list = []            # tensor mode: host copies
         self._batches.clear()
@@ -453,14 +458,19 @@ class Summarizer:
         if pad:
             full[n] = np.nan
         out = full[:n] if pad else full
-        try:  # all on the CPU: one conversion of the list of tuples
-            if _pack_stats is None or not _pack_stats(self._values, out):
+        try:  # all on the CPU: one conversion of the list of tuples (and the flat rows)
+            if _pack_stats is None or not _pack_stats(self._values, self._flat, out):
+                if self._flat:  # a device tensor or a stale buffer among them: the loop below sorts them
+                    raise ValueError("not all tuples")
                 out[:] = np.array(self._values, dtype=np.float64).reshape(n, 7)
         except (TypeError, ValueError):
             out[:] = np.nan
+            flat = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, 7)
             for i, v in enumerate(self._values):
                 if isinstance(v, tuple):
                     out[i] = v
+                elif v is FLAT:
+                    out[i] = flat[i]
                 else:
                     device_rows.setdefault(v.device, []).append(i)
         for _dev, rows in device_rows.items():
