@@ -15,6 +15,11 @@ Run from the repository root (needs valgrind and the ``bench`` extra)::
 
 It prints millions of instructions per step, and each level's count over the plain step's (``none``).
 
+``--stop-share`` counts each recorded level a second time, collecting only inside ``Debugger.stop()`` (the
+child calls it through ``sys.call_tracing``, a C function nothing else in a step calls, and callgrind's
+``--toggle-collect`` names it): how many of the step's instructions its end spends turning the rows into columns
+and writing them, against the recorded step's own work.
+
 ``--cache-sim`` also simulates the caches (callgrind's ``--cache-sim=yes``) and prints the misses a step and
 an estimate of its cycles: Ir + 10 x (first-level misses) + 100 x (last-level misses), the weights
 KCachegrind's "cycle estimation" uses. The last level is simulated at ``--ll-kib`` (512 KiB by default, this
@@ -61,7 +66,7 @@ for i in range(3 + steps):
         dbg.start(w.model)
     w.train_step(w.model, w.optimizer, *batch)
     if dbg is not None:
-        dbg.stop()
+        sys.call_tracing(dbg.stop, ()) if {split_stop} else dbg.stop()
         dbg.step()
 open(flag + ".done", "w").close()
 while not os.path.exists(flag + ".end"):
@@ -69,6 +74,12 @@ while not os.path.exists(flag + ".end"):
 if dbg is not None:
     dbg.close()
 """
+
+
+def child_code(name: str, level: str, steps: int, flag: str, tmp: str, only_stop: bool = False) -> str:
+    """The counted child's program; ``only_stop``: its stop() called through :data:`STOP_MARK`."""
+    return _CHILD.format(bench=str(HERE), name=name, steps=steps, level=level, flag=flag, tmp=tmp,
+                         split_stop=only_stop)
 
 
 def _wait(path: str, proc: subprocess.Popen, what: str) -> None:
@@ -84,12 +95,19 @@ def flag_path(tmp: str, name: str, level: str) -> str:
     return os.path.join(tempfile.mkdtemp(dir=tmp, prefix=f"{name}-{level}-"), "flag")
 
 
-def valgrind_args(out: str, cache_sim: bool = False, ll_kib: int = 512) -> list[str]:
+#: the function the child calls stop() through when only stop() is counted (see --stop-share)
+STOP_MARK = "sys_call_tracing"
+
+
+def valgrind_args(out: str, cache_sim: bool = False, ll_kib: int = 512, only_stop: bool = False) -> list[str]:
     """callgrind's command line: counting off until the child's steps begin, and the caches simulated on
-    request (first levels as valgrind finds them on this CPU, the last level ``ll_kib`` KiB, 8-way)."""
+    request (first levels as valgrind finds them on this CPU, the last level ``ll_kib`` KiB, 8-way);
+    ``only_stop``: events collected only inside :data:`STOP_MARK`."""
     args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     if cache_sim:
         args += ["--cache-sim=yes", f"--LL={ll_kib * 1024},8,64"]
+    if only_stop:
+        args.append(f"--toggle-collect={STOP_MARK}")
     return args
 
 
@@ -111,14 +129,14 @@ def estimated_cycles(ev: dict[str, float]) -> float:
 
 
 def count(name: str, level: str, steps: int, tree: Path, tmp: str, cache_sim: bool = False,
-          ll_kib: int = 512) -> dict[str, float]:
+          ll_kib: int = 512, only_stop: bool = False) -> dict[str, float]:
     """callgrind's events per step of ``steps`` steps of model ``name`` at ``level`` (``none``: without the kit):
-    ``Ir`` (instructions), and with ``cache_sim`` the cache misses too."""
+    ``Ir`` (instructions), and with ``cache_sim`` the cache misses too; ``only_stop``: those of ``stop()``."""
     flag = flag_path(tmp, name, level)
     out = flag + ".callgrind"
-    code = _CHILD.format(bench=str(HERE), name=name, steps=steps, level=level, flag=flag, tmp=tmp)
+    code = child_code(name, level, steps, flag, tmp, only_stop)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    proc = subprocess.Popen([*valgrind_args(out, cache_sim, ll_kib), sys.executable, "-c", code], env=env,
+    proc = subprocess.Popen([*valgrind_args(out, cache_sim, ll_kib, only_stop), sys.executable, "-c", code], env=env,
                             cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait(flag + ".ready", proc, "its warm-up ended")
@@ -153,6 +171,16 @@ def describe(ev: dict[str, float], plain: dict[str, float] | None) -> str:
     return text
 
 
+def stop_share(step: dict[str, float], end: dict[str, float], plain: dict[str, float] | None) -> str:
+    """How a recorded step's instructions split between its own work and stop(), each as a multiple of the plain
+    step's where it was counted."""
+    own = step["Ir"] - end["Ir"]
+    text = f"of which stop() {end['Ir'] / 1e6:.2f}M ({end['Ir'] / step['Ir']:.1%}), the rest {own / 1e6:.2f}M"
+    if plain is not None:
+        text += f"; over the plain step: stop() +{end['Ir'] / plain['Ir']:.3f}x, the rest {own / plain['Ir']:.3f}x"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="vit", help="comma list of bench_real_models' models (default: vit)")
@@ -161,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trees", default="", help="name=path,... of msprobe_nb trees to compare (default: this one)")
     ap.add_argument("--cache-sim", action="store_true", help="simulate the caches: misses and estimated cycles")
     ap.add_argument("--ll-kib", type=int, default=512, help="simulated last-level cache in KiB (default 512)")
+    ap.add_argument("--stop-share", action="store_true", help="count stop() alone too: its share of a step")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: nothing counted")
@@ -176,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                     plain = ev if level == "none" else plain
                     who = f" ({label})" if level != "none" and len(trees) > 1 else ""
                     print(f"{name} {level}{who}: {describe(ev, plain if level != 'none' else None)}", flush=True)
+                    if args.stop_share and level != "none":
+                        end = count(name, level, args.steps, tree, tmp, False, args.ll_kib, only_stop=True)
+                        print(f"  {stop_share(ev, end, plain)}", flush=True)
     return 0
 
 

@@ -170,9 +170,22 @@ def test_instruction_counts_say_so_where_valgrind_is_missing(capsys, monkeypatch
 
 
 def test_the_counted_child_is_valid_python_that_steps_from_one_line():
-    code = counting._CHILD.format(bench="/b", name="vit", steps=5, level="L1", flag="/t/f", tmp="/t")
-    compile(code, "child", "exec")
-    assert code.count("w.train_step(") == 1 and "range(3 + steps)" in code  # warm-up and counted steps share it
+    for only_stop in (False, True):
+        code = counting.child_code("vit", "L1", 5, "/t/f", "/t", only_stop)
+        compile(code, "child", "exec")
+        assert code.count("w.train_step(") == 1 and "range(3 + steps)" in code  # warm-up and counted steps share it
+        assert f"if {only_stop} else dbg.stop()" in code
+
+
+def test_stop_alone_is_counted_inside_the_function_the_child_calls_it_through():
+    """--stop-share: callgrind collects only inside sys.call_tracing, which the child wraps stop() in, and the
+    split says what stop() and the rest add over the plain step."""
+    assert counting.STOP_MARK == "sys_call_tracing"
+    assert counting.valgrind_args("/t/o", only_stop=True)[-1] == "--toggle-collect=sys_call_tracing"
+    assert not any(a.startswith("--toggle-collect") for a in counting.valgrind_args("/t/o"))
+    line = counting.stop_share({"Ir": 54e6}, {"Ir": 12e6}, {"Ir": 18e6})
+    assert line == ("of which stop() 12.00M (22.2%), the rest 42.00M; over the plain step: stop() +0.667x,"
+                    " the rest 2.333x")
 
 
 def test_each_count_has_its_own_handshake_files(tmp_path):
