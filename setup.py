@@ -6,11 +6,12 @@
 * ``msprobe_nb.capture._api_handler``: the L1 mode's handler of a recorded API call (CPython 3.11+);
 * ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it);
 * ``msprobe_nb.capture._module_hooks``: the global module hooks' work (L0, mix, and L1's module stack);
-* ``msprobe_nb.store._chunk_codec``: a calls-table column's whole chunk encoded as its HDF5 filters would store it.
+* ``msprobe_nb.store._chunk_codec``: a calls-table column's whole chunk encoded as its HDF5 filters would store it;
+* ``msprobe_nb.store._nullable_ints``: a nullable integer column given as floats (NaN: none) made int64 in one pass.
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
-come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks, and the
-chunks go through HDF5's filters (slower recording).
+come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks, the
+chunks go through HDF5's filters and the nullable columns through numpy (slower recording).
 """
 import sys
 
@@ -31,6 +32,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
               Extension("msprobe_nb.capture._recorder_lock", ["msprobe_nb/capture/_recorder_lock.c"],
                         extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.store._chunk_codec", ["msprobe_nb/store/_chunk_codec.c"],
+                        extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.store._nullable_ints", ["msprobe_nb/store/_nullable_ints.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],

@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
          "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py",
-         "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py", "tests/test_recording_threads.py"]
+         "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py", "tests/test_recording_threads.py",
+         "tests/test_nullable_ints.py"]
 
 #: (file under msprobe_nb/capture/, or a path under msprobe_nb/ with its folder; name, original text (exactly once
 #: in the file), the fault)
@@ -369,6 +370,18 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('store/_chunk_codec.c', 'codec-last-fold',
      '    a = (a & 0xffff) + (a >> 16);\n    b = (b & 0xffff) + (b >> 16);\n    return',
      '    return'),
+    ('store/_nullable_ints.c', 'nullable-fraction',
+     ' && (double)(int64_t)v == v) {',
+     ') {'),
+    ('store/_nullable_ints.c', 'nullable-bottom',
+     'v >= -9223372036854775808.0',
+     'v > -9223372036854775808.0'),
+    ('store/_nullable_ints.c', 'nullable-na',
+     '            y[i] = (int64_t)na;',
+     '            y[i] = 0;'),
+    ('_row_builder.c', 'rb-flat-index',
+     '    memcpy(d + 7 * idx, s, (size_t)row);',
+     '    memcpy(d + 7 * have, s, (size_t)row);'),
     ('_module_hooks.c', 'hooks-thread-pre',
      '    if (on > 0)\n        on = on_recording_thread(h, rec);\n',
      ''),

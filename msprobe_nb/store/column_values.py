@@ -5,10 +5,27 @@ pandas' NA is recognised by its type's name.
 """
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+#: the layout of _nullable_ints this Python expects (NULLABLE_INTS_ABI in _nullable_ints.c)
+NULLABLE_INTS_ABI = 1
+
+
+def _load_from_floats() -> Callable[[Any, int, Any], int] | None:
+    """The optional C extension's one-pass conversion (setup.py), where it is built with this ABI."""
+    try:
+        mod = importlib.import_module("msprobe_nb.store._nullable_ints")
+    except ImportError:  # no C compiler at install: numpy's passes
+        return None
+    return mod.from_floats if getattr(mod, "ABI", None) == NULLABLE_INTS_ABI else None
+
+
+_from_floats = _load_from_floats()
 
 
 def json_default(obj: Any) -> Any:
@@ -49,6 +66,13 @@ def is_missing(v: Any) -> bool:
 def nullable(values: Any, n: int, na: int, dtype: Any, cast: Any) -> np.ndarray:
     """A nullable column as numpy: missing values become ``na``."""
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        if _from_floats is not None and values.ndim == 1:  # one pass in C, the same ints and the same error
+            floats = np.ascontiguousarray(values, dtype=np.float64)
+            out = np.empty(len(floats), np.int64)
+            bad = _from_floats(floats, na, out)
+            if bad >= 0:
+                raise ValueError(f"{float(floats[bad])!r} is not an integer")
+            return out.astype(dtype, copy=False)
         missing = np.isnan(values)
         filled = np.where(missing, 0.0, values)
         with np.errstate(invalid="ignore"):  # inf or beyond int64: caught as not equal below
