@@ -7,11 +7,13 @@
 * ``msprobe_nb.capture._api_backward``: a recorded call's backward rows and node hooks (built with it);
 * ``msprobe_nb.capture._module_hooks``: the global module hooks' work (L0, mix, and L1's module stack);
 * ``msprobe_nb.store._chunk_codec``: a calls-table column's whole chunk encoded as its HDF5 filters would store it;
-* ``msprobe_nb.store._nullable_ints``: a nullable integer column given as floats (NaN: none) made int64 in one pass.
+* ``msprobe_nb.store._nullable_ints``: a nullable integer column given as floats (NaN: none) made int64 in one pass;
+* ``msprobe_nb.store._column_ids``: a string or shape column's ids, the last step's where a row holds the same value.
 
 All are optional: where no C compiler is found the install goes on without them, and the same results
 come from torch's reductions, a Python frame walk, Python row building and the Python handler and hooks, the
-chunks go through HDF5's filters and the nullable columns through numpy (slower recording).
+chunks go through HDF5's filters, the nullable columns through numpy and every string row to its table (slower
+recording).
 """
 import sys
 
@@ -34,6 +36,8 @@ EXTENSIONS = [Extension("msprobe_nb.capture._fused_stats", ["msprobe_nb/capture/
               Extension("msprobe_nb.store._chunk_codec", ["msprobe_nb/store/_chunk_codec.c"],
                         extra_compile_args=ARGS, optional=True),
               Extension("msprobe_nb.store._nullable_ints", ["msprobe_nb/store/_nullable_ints.c"],
+                        extra_compile_args=ARGS, optional=True),
+              Extension("msprobe_nb.store._column_ids", ["msprobe_nb/store/_column_ids.c"],
                         extra_compile_args=ARGS, optional=True)]
 if sys.version_info >= (3, 11) and sys.implementation.name == "cpython":
     EXTENSIONS.append(Extension("msprobe_nb.capture._stack_keys", ["msprobe_nb/capture/_stack_keys.c"],

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_api_handler.py", "tests/test_api_backward.py", "tests/test_capture.py",
          "tests/test_module_hooks_c.py", "tests/test_row_builder.py", "tests/test_slot_attrs.py",
          "tests/test_hdf5_chunk_codec.py", "tests/test_recorder_lock.py", "tests/test_recording_threads.py",
-         "tests/test_nullable_ints.py"]
+         "tests/test_nullable_ints.py", "tests/test_column_ids.py"]
 
 #: (file under msprobe_nb/capture/, or a path under msprobe_nb/ with its folder; name, original text (exactly once
 #: in the file), the fault)
@@ -370,6 +370,15 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ('store/_chunk_codec.c', 'codec-last-fold',
      '    a = (a & 0xffff) + (a >> 16);\n    b = (b & 0xffff) + (b >> 16);\n    return',
      '    return'),
+    ('store/_column_ids.c', 'ids-no-compare',
+     '    return PyObject_RichCompareBool(a, b, Py_EQ);',
+     '    return 1;'),
+    ('store/_column_ids.c', 'ids-table-only',
+     '            dst[i] = prev[i];',
+     '            dst[i] = prev[0];'),
+    ('store/_column_ids.c', 'ids-lacking-unmarked',
+     '                dst[i] = -1;\n',
+     '                dst[i] = 0;\n'),
     ('store/_nullable_ints.c', 'nullable-fraction',
      ' && (double)(int64_t)v == v) {',
      ') {'),

@@ -20,6 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from msprobe_nb.store.column_ids import ids_by_row
 from msprobe_nb.store.column_values import as_1d, as_list, exact_int, is_missing, json_default, nullable
 from msprobe_nb.store.dump_dir import DumpInUseError, DumpLock, claim_dump_dir, resolve_dump_dir
 from msprobe_nb.store.hdf5_appends import ColumnGroup, DatasetWriter, write_packed
@@ -229,17 +230,23 @@ class DumpWriter:
         got = self._recall(col, values)
         if got is not None:
             return got
-        vals = as_list(values)
-        # known strings without a Python-level loop; -1 marks the rest (new strings and missing values)
-        ids = np.fromiter(map(self._strings.get, vals, repeat(-1)), np.int32, count=len(vals))
-        new = np.flatnonzero(ids < 0).tolist()
+        by_row = ids_by_row(values, self._strings, self._memo.get(col))
+        if by_row is not None:  # the last step's ids where a row is the same (store/column_ids.py)
+            ids, new = by_row
+            vals = values
+        else:
+            vals = as_list(values)
+            # known strings without a Python-level loop; -1 marks the rest (new strings and missing values)
+            ids = np.fromiter(map(self._strings.get, vals, repeat(-1)), np.int32, count=len(vals))
+            new = np.flatnonzero(ids < 0).tolist()
         strings = self._strings
         for i in new:
             v = vals[i]
             k = strings.get(v) if type(v) is str else None  # a new string again (interned at its first row)
             ids[i] = k if k is not None else missing if is_missing(v) else self._intern(v if type(v) is str else str(v))
-        if not new or all(vals[i] is None for i in new):
-            # every value a known string or None: equal values next step mean equal ids
+        if by_row is not None or not new or all(vals[i] is None for i in new):
+            # by row: each row's id holds for the same value at that index next step; else every value a known
+            # string or None: equal values next step mean equal ids
             return self._remember(col, values, ids)
         return ids
 
@@ -247,6 +254,15 @@ class DumpWriter:
         got = self._recall("shape", values)
         if got is not None:
             return got
+        try:  # the last step's ids where a row is the same (store/column_ids.py)
+            by_row = ids_by_row(values, self._shape_ids, self._memo.get("shape"))
+        except TypeError:  # unhashable entries (lists): the loop below
+            by_row = None
+        if by_row is not None:
+            ids32, lacking = by_row
+            for i in lacking:
+                ids32[i] = self._new_shape_id(values[i], i)
+            return self._remember("shape", values, ids32)
         vals = as_list(values)
         try:  # known shapes without a Python-level loop
             ids = list(map(self._shape_ids.get, vals))
@@ -257,16 +273,18 @@ class DumpWriter:
         except TypeError:
             pass
         for i, (s, k) in enumerate(zip(vals, ids)):
-            if k is not None:
-                continue
-            if is_missing(s):
-                ids[i] = -1
-            else:
-                try:
-                    ids[i] = self._shape_id(s)
-                except (TypeError, ValueError) as e:
-                    raise ValueError(f"column 'shape' row {i}: not a tuple of ints or None: {s!r} ({e})") from None
+            if k is None:
+                ids[i] = self._new_shape_id(s, i)
         return np.asarray(ids, dtype=np.int32)
+
+    def _new_shape_id(self, s: Any, row: int) -> int:
+        """The id of a shape the table lacks (interned now), -1 for a missing one."""
+        if is_missing(s):
+            return -1
+        try:
+            return self._shape_id(s)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"column 'shape' row {row}: not a tuple of ints or None: {s!r} ({e})") from None
 
     def _convert(self, col: str, values: Any, n: int) -> np.ndarray:
         if isinstance(values, Coded):  # convert each distinct value once, then repeat by code
