@@ -651,3 +651,22 @@ def test_a_method_an_instance_attribute_shadows_is_called_as_python_calls_it():
     assert (stats_c == stats_py).all()
     assert stats_c[1, :4].tolist() == [0.0, 0.0, 0.0, 0.0]  # the zeros the instance attribute points at
     assert stats_c[0, 0] == plain.max().item()
+
+
+def test_rows_of_one_shape_share_one_plain_tuple_across_steps():
+    """The C rows hold each shape of plain ints as one plain tuple, kept from step to step, so the writer finds the
+    last step's shape column equal to this one's object by object; the Python rows make tuples of their own, equal
+    to these."""
+    shape = (3, 5)
+
+    def script():
+        return [("input", torch.zeros(shape), {}), ("output", torch.ones(shape), {}), ("input", torch.zeros(2, 7), {})]
+    c_rows = []
+    for _ in range(2):  # two recorders: two steps of a run, or two runs in one process
+        c_rec, py_rec = _fed_both_ways(lambda: script)
+        c_rows.append(c_rec.rows)
+        assert [_same(a, b) for a, b in zip(c_rec.rows, py_rec.rows)] == [True] * 3
+    at = recorder_mod._F["shape"]
+    first, second = ([r[at] for r in rows] for rows in c_rows)
+    assert first[0] == shape and type(first[0]) is tuple
+    assert first[0] is first[1] is second[0] is second[1] and first[2] is second[2]

@@ -480,6 +480,41 @@ static Py_ssize_t shape_numel(PyObject *shape)
     return n;
 }
 
+/* Shapes of plain ints made plain tuples once and shared by every row that has them, in this step and later ones:
+   a row holds no tuple of its own, and the writer finds the last step's shape column equal to this one's object
+   by object. Cleared when it reaches SHAPES_KEPT (a model whose shapes change every step). */
+#define SHAPES_KEPT 4096
+static PyObject *shapes_seen;
+
+/* size (a torch.Size) as a plain tuple (a new reference): the one shapes_seen holds for it where it has one */
+static PyObject *shared_shape(PyObject *size)
+{
+    if (PyTuple_Check(size)) {
+        PyObject *hit = PyDict_GetItemWithError(shapes_seen, size);
+        if (hit != NULL)
+            return Py_NewRef(hit);
+        if (PyErr_Occurred()) {  /* sizes that do not hash (symbolic): a tuple of their own */
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))
+                return NULL;
+            PyErr_Clear();
+        }
+    }
+    /* a torch.Size is a tuple: its items copied at once, not through its iterator */
+    PyObject *shape = PyTuple_Check(size) ? PyTuple_GetSlice(size, 0, PyTuple_GET_SIZE(size)) : PySequence_Tuple(size);
+    if (shape == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(shape); j++)
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(shape, j)))
+            return shape;  /* kept out of the table: only plain ints compare and hash as the writer's keys do */
+    if (PyDict_GET_SIZE(shapes_seen) >= SHAPES_KEPT)
+        PyDict_Clear(shapes_seen);
+    if (PyDict_SetItem(shapes_seen, shape, shape) < 0) {
+        Py_DECREF(shape);
+        return NULL;
+    }
+    return shape;
+}
+
 static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject *path, PyObject *is_kwarg,
                             PyObject *leaf, PyObject *seen, PyObject *call, PyObject *set_producer, PyObject *ctx)
 {
@@ -494,8 +529,7 @@ static PyObject *tensor_row(PyObject *k, PyObject *name, PyObject *io, PyObject 
     size = GETSET_GET(leaf, shape);
     if (size == NULL)
         goto done;
-    /* a torch.Size is a tuple: its items copied at once, not through its iterator */
-    shape = PyTuple_Check(size) ? PyTuple_GetSlice(size, 0, PyTuple_GET_SIZE(size)) : PySequence_Tuple(size);
+    shape = shared_shape(size);
     if (shape == NULL)
         goto done;
     Py_ssize_t n = shape_numel(shape);
@@ -981,6 +1015,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     s_dtype = PyUnicode_InternFromString("dtype");
     s_shape = PyUnicode_InternFromString("shape");
     s_numel = PyUnicode_InternFromString("numel");
+    shapes_seen = PyDict_New();
     s_is_cpu = PyUnicode_InternFromString("is_cpu");
     s_requires_grad = PyUnicode_InternFromString("requires_grad");
     s_empty = PyUnicode_InternFromString("");
@@ -999,7 +1034,7 @@ PyMODINIT_FUNC PyInit__row_builder(void)
     k_value = PyLong_FromLong(KIND_VALUE);
     k_zero = PyLong_FromLong(0);
     k_minus_one = PyLong_FromLong(-1);
-    if (!s_version || !s_dtype || !s_shape || !s_numel || !s_is_cpu || !s_requires_grad || !s_empty
+    if (!s_version || !s_dtype || !s_shape || !s_numel || !shapes_seen || !s_is_cpu || !s_requires_grad || !s_empty
         || !k_tensor || !k_none || !k_value || !k_zero || !k_minus_one || !k_one || !s_layout || !s_is_contiguous || !s_stride
         || !s_is_neg || !s_data_ptr || !s_values || !s_flat || !s_next_id || !s_tensors)
         return NULL;
