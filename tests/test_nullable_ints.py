@@ -54,3 +54,11 @@ def test_the_c_pass_checks_its_buffers():
     with pytest.raises(ValueError, match="as many"):
         column_values._from_floats(np.zeros(3), 0, np.empty(2, np.int64))
     assert column_values._from_floats(np.zeros(0), 0, np.empty(0, np.int64)) == -1
+
+
+@needs_c
+def test_a_store_extension_of_another_layout_or_none_at_all_gives_no_function():
+    from msprobe_nb.store.c_functions import optional_function
+    assert optional_function("_nullable_ints", column_values.NULLABLE_INTS_ABI, "from_floats") is not None
+    assert optional_function("_nullable_ints", column_values.NULLABLE_INTS_ABI + 1, "from_floats") is None
+    assert optional_function("_no_such_extension", 1, "from_floats") is None

@@ -9,25 +9,15 @@ interns what the table lacks. Without it every row of such a column is looked up
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from msprobe_nb.store.c_functions import optional_function
+
 #: the layout of _column_ids this Python expects (COLUMN_IDS_ABI in _column_ids.c)
 COLUMN_IDS_ABI = 1
-
-
-def _load() -> Callable[..., list[int]] | None:
-    try:
-        mod = importlib.import_module("msprobe_nb.store._column_ids")
-    except ImportError:  # no C compiler at install: the writer's whole-column memo and lookups
-        return None
-    return mod.ids if getattr(mod, "ABI", None) == COLUMN_IDS_ABI else None
-
-
-_ids = _load()
+_ids = optional_function("_column_ids", COLUMN_IDS_ABI, "ids")  # None: the writer looks up every row
 
 
 def ids_by_row(values: Any, table: dict, last: tuple[Any, np.ndarray] | None) -> tuple[np.ndarray, list[int]] | None:

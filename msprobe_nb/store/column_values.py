@@ -5,27 +5,16 @@ pandas' NA is recognised by its type's name.
 """
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from msprobe_nb.store.c_functions import optional_function
+
 #: the layout of _nullable_ints this Python expects (NULLABLE_INTS_ABI in _nullable_ints.c)
 NULLABLE_INTS_ABI = 1
-
-
-def _load_from_floats() -> Callable[[Any, int, Any], int] | None:
-    """The optional C extension's one-pass conversion (setup.py), where it is built with this ABI."""
-    try:
-        mod = importlib.import_module("msprobe_nb.store._nullable_ints")
-    except ImportError:  # no C compiler at install: numpy's passes
-        return None
-    return mod.from_floats if getattr(mod, "ABI", None) == NULLABLE_INTS_ABI else None
-
-
-_from_floats = _load_from_floats()
+_from_floats = optional_function("_nullable_ints", NULLABLE_INTS_ABI, "from_floats")  # None: numpy's passes
 
 
 def json_default(obj: Any) -> Any:
