@@ -459,11 +459,13 @@ class Summarizer:
             full[n] = np.nan
         out = full[:n] if pad else full
         try:  # all on the CPU: one conversion of the list of tuples (and the flat rows)
-            if _pack_stats is None or not _pack_stats(self._values, self._flat, out):
-                if self._flat:  # a device tensor or a stale buffer among them: the loop below sorts them
-                    raise ValueError("not all tuples")
+            packed = _pack_stats is not None and _pack_stats(self._values, self._flat, out)
+            if not packed and not self._flat:  # no flat rows: numpy converts the tuples, if that is all there is
                 out[:] = np.array(self._values, dtype=np.float64).reshape(n, 7)
+                packed = True
         except (TypeError, ValueError):
+            packed = False
+        if not packed:  # device tensors among them (or flat rows without the kernel): entry by entry
             out[:] = np.nan
             flat = np.frombuffer(self._flat, dtype=np.float64).reshape(-1, 7)
             for i, v in enumerate(self._values):
