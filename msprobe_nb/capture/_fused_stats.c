@@ -213,7 +213,7 @@ static PyObject *pack_stats(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "O!y*w*", &PyList_Type, &values, &flat, &out))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values), row = 7 * (Py_ssize_t)sizeof(double);
+    Py_ssize_t n = PyList_GET_SIZE(values), row = STATS_ROW_BYTES;
     const char *problem = NULL;
     if (out.len != n * row || (out.itemsize != 1 && out.itemsize != sizeof(double)))
         problem = "pack_stats() needs an output buffer of 7 doubles per entry";

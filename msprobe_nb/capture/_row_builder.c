@@ -243,7 +243,7 @@ static int kernel_row(PyObject *leaf, const Facts *f, PyObject *ctx, int kind, i
    entries in values are the summarizer's own, which materialize reads instead). 0, or -1 on error. */
 static int write_flat(PyObject *flat, Py_ssize_t idx, const double s[7])
 {
-    const Py_ssize_t row = 7 * (Py_ssize_t)sizeof(double);
+    const Py_ssize_t row = STATS_ROW_BYTES;
     if (!PyByteArray_CheckExact(flat)) {
         PyErr_SetString(PyExc_TypeError, "the summarizer's _flat must be a bytearray");
         return -1;
@@ -333,7 +333,7 @@ static PyObject *summarize(PyObject *leaf, const Facts *f, PyObject *ctx)
             } else {  /* no entry after all: its row goes, so the buffer stays indexed as values */
                 PyObject *type, *value, *tb;
                 PyErr_Fetch(&type, &value, &tb);
-                (void)PyByteArray_Resize(flat, at * 7 * (Py_ssize_t)sizeof(double));
+                (void)PyByteArray_Resize(flat, at * STATS_ROW_BYTES);
                 PyErr_Restore(type, value, tb);
             }
         }

@@ -29,6 +29,10 @@ typedef int v8i __attribute__((vector_size(32)));
    Python side expects (capture/c_contract.py), so that a stale build is refused instead of misread. */
 #define MSPROBE_NB_STATS_ABI 3
 
+/* a summary's row in the summarizer's flat buffer (the C rows write it, pack_stats reads it): max, min, mean, norm
+   and the NaN, +inf and -inf counts, as doubles */
+#define STATS_ROW_BYTES (7 * (Py_ssize_t)sizeof(double))
+
 /* torch's float32 norm from a sum of squares: |x| for one element (first), inf once the float32 sum of squares
    overflows, else its square root. The one definition of the rule, for every extension that computes norms. */
 static inline double f32_norm(double sum_sq, Py_ssize_t n, double first)
