@@ -398,7 +398,7 @@ MUTANTS: list[tuple[str, str, str, str]] = [
      '    if (on > 0)\n        on = on_recording_thread(h, rec);\n',
      ''),
     ('_module_hooks.c', 'hooks-thread-post',
-     '    if (mine <= 0)\n        return mine < 0 ? NULL : Py_NewRef(Py_None);\n',
+     '    if (mine <= 0) {\n        Py_DECREF(stack);\n        return mine < 0 ? NULL : Py_NewRef(Py_None);\n    }\n',
      '    (void)mine;\n'),
     ('_module_hooks.c', 'hooks-thread-ident',
      '    if (want == PyThread_get_thread_ident())\n        return 1;',

@@ -934,9 +934,6 @@ static PyObject *Hooks_post(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *module = argv[0], *rec = CTX(h, C_RECORDER);
-    int mine = on_recording_thread(h, rec); /* another thread's module: its pre-hook pushed nothing to pop */
-    if (mine <= 0)
-        return mine < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *stack = SLOT_GET(rec, module_stack);
     if (stack == NULL)
         return NULL;
@@ -946,6 +943,11 @@ static PyObject *Hooks_post(Hooks *h, PyObject *const *argv, Py_ssize_t nargs)
         if (empty)
             return Py_NewRef(Py_None);
         return PyObject_Vectorcall(CTX(h, C_PYTHON_POST), argv, nargs, NULL);
+    }
+    int mine = on_recording_thread(h, rec); /* another thread's module: its pre-hook pushed nothing to pop */
+    if (mine <= 0) {
+        Py_DECREF(stack);
+        return mine < 0 ? NULL : Py_NewRef(Py_None);
     }
     int comp = compiled(h, module);
     if (comp != 0) { /* a torch.compile wrapper (or it could not be told): the Python hook's body */
