@@ -11,6 +11,7 @@
 #include "_api_calls.h"
 /* the attributes read at their slots (_slot_attrs.h) */
 SLOT_CACHE(active);
+SLOT_CACHE(backward_epoch);
 SLOT_CACHE(call);
 SLOT_CACHE(construct);
 SLOT_CACHE(counter);
@@ -20,14 +21,14 @@ SLOT_CACHE(op);
 SLOT_CACHE(parent);
 SLOT_CACHE(stack_id);
 
-#define API_BACKWARD_ABI 1
+#define API_BACKWARD_ABI 2
 
 /* The context's fields, in order (GradientHooks builds it by these names, checked at import: c_contract.py). */
 #define CONTEXT(X) X(C_RECORDER, "recorder") X(C_LOCK_ACQUIRE, "lock_acquire") X(C_LOCK_RELEASE, "lock_release") \
     X(C_NOTE_ERROR, "note_error") X(C_ADD_ROWS, "add_rows") X(C_IO_INPUT, "io_input") X(C_IO_OUTPUT, "io_output") \
     X(C_CALL_TYPE, "call_type") X(C_SHARE_SUMMARY, "share_summary") X(C_TENSOR, "tensor") \
     X(C_ACCUMULATE_GRAD, "accumulate_grad") X(C_LEAVES, "leaves") X(C_NO_TORCH_FUNCTION, "no_torch_function") \
-    X(C_HANDLES, "handles") X(C_SAME_ELEMENTS, "same_elements") X(C_MAX_NODES, "max_nodes") \
+    X(C_SAME_ELEMENTS, "same_elements") X(C_MAX_NODES, "max_nodes") \
     X(C_BACKWARD_NAME, "backward_name") X(C_BACKWARD_NAMES, "backward_names") X(C_BACKWARD_OF, "backward_of")
 #define AS_ENUM(id, name) id,
 #define AS_NAME(id, name) name,
@@ -35,7 +36,7 @@ enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 #define CTX(ctx, i) PyTuple_GET_ITEM((ctx), (i))
 
-static PyObject *s_active, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions, *s_variable, *s_register_hook;
+static PyObject *s_active, *s_backward_epoch, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions, *s_variable, *s_register_hook;
 static PyObject *s_family, *s_op, *s_counter, *s_module_path, *s_stack_id, *s_construct, *s_backward, *s_input;
 static PyObject *s_output, *s_detach, *s_clone, *s_zero_path, *s_where, *s_call;
 static PyObject *s_parent, *s_dot_forward;
@@ -52,6 +53,7 @@ typedef struct {
     PyObject *counts;                            /* tuple of ints: edges that carry each input's gradient */
     PyObject *call;                              /* the backward Call once its first node ran, else NULL */
     PyObject *acc;                               /* dict: input -> the gradient summed so far */
+    PyObject *epoch;                             /* the recorder's backward_epoch when the call was recorded */
     Py_ssize_t *pending;                         /* per input: edges still to come */
     Py_ssize_t ninputs, nodes, left;
     int share;                                   /* the call keeps its input's elements: gradients share summaries */
@@ -75,6 +77,7 @@ static int Rows_traverse(Rows *r, visitproc visit, void *arg)
     Py_VISIT(r->ctx);
     Py_VISIT(r->call);
     Py_VISIT(r->acc);
+    Py_VISIT(r->epoch);
     return 0;
 }
 
@@ -92,6 +95,7 @@ static int Rows_clear(Rows *r)
     Py_CLEAR(r->counts);
     Py_CLEAR(r->call);
     Py_CLEAR(r->acc);
+    Py_CLEAR(r->epoch);
     return 0;
 }
 
@@ -275,6 +279,11 @@ static PyObject *NodeHook_call(NodeHook *h, PyObject *args, PyObject *kw)
     }
     PyObject *ctx = h->rows->ctx, *rec = CTX(ctx, C_RECORDER);
     int on = truth(SLOT_GET(rec, active));
+    if (on > 0) { /* a hook of an earlier step's (its graph outlived the step) does nothing */
+        PyObject *now = SLOT_GET(rec, backward_epoch);
+        on = now == NULL ? -1 : now == h->rows->epoch;
+        Py_XDECREF(now);
+    }
     if (on <= 0)
         return on < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *off;
@@ -627,6 +636,7 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
     rows->counts = Py_NewRef(counts_t);
     rows->call = NULL;
     rows->acc = PyDict_New();
+    rows->epoch = SLOT_GET(CTX(ctx, C_RECORDER), backward_epoch);
     rows->pending = PyMem_Calloc((size_t)(ninputs ? ninputs : 1), sizeof(Py_ssize_t));
     rows->ninputs = ninputs;
     rows->nodes = PyList_GET_SIZE(nodes);
@@ -634,7 +644,7 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
     PyObject_GC_Track(rows);
     if (rows->bname == NULL || rows->parent == NULL || rows->family == NULL || rows->op == NULL
         || rows->counter == NULL || rows->module_path == NULL || rows->stack_id == NULL || rows->acc == NULL
-        || rows->pending == NULL) {
+        || rows->epoch == NULL || rows->pending == NULL) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         goto done;
@@ -661,10 +671,9 @@ static PyObject *Attacher_attach(Attacher *a, PyObject *const *argv, Py_ssize_t 
         PyObject *handle = h->outs != NULL && h->edges != NULL
                                ? PyObject_CallMethodOneArg(node, s_register_hook, (PyObject *)h) : NULL;
         Py_DECREF(h);
-        int failed = handle == NULL || PyList_Append(CTX(ctx, C_HANDLES), handle) < 0;
-        Py_XDECREF(handle);
-        if (failed)
+        if (handle == NULL)
             goto done;
+        Py_DECREF(handle); /* not removed at the step's end: the epoch retires the hook (NodeHook_call) */
     }
     result = Py_NewRef(Py_None);
 done:
@@ -684,9 +693,8 @@ static PyObject *Attacher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *ctx = context_arg(args, kw, C_SIZE, "Attacher");
     if (ctx == NULL)
         return NULL;
-    if (!PyList_Check(CTX(ctx, C_HANDLES)) || !PyAnySet_Check(CTX(ctx, C_SAME_ELEMENTS))
-        || !PyLong_Check(CTX(ctx, C_MAX_NODES))) {
-        PyErr_SetString(PyExc_TypeError, "Attacher: handles must be a list, same_elements a set, max_nodes an int");
+    if (!PyAnySet_Check(CTX(ctx, C_SAME_ELEMENTS)) || !PyLong_Check(CTX(ctx, C_MAX_NODES))) {
+        PyErr_SetString(PyExc_TypeError, "Attacher: same_elements must be a set, max_nodes an int");
         return NULL;
     }
     Attacher *a = (Attacher *)type->tp_alloc(type, 0);
@@ -749,7 +757,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_backward",
 PyMODINIT_FUNC PyInit__api_backward(void)
 {
     if (api_calls_init() < 0 || API_INTERN(s_parent, "parent") || API_INTERN(s_dot_forward, ".forward")
-        || API_INTERN(s_active, "active") || API_INTERN(s_grad_fn, "grad_fn")
+        || API_INTERN(s_active, "active") || API_INTERN(s_backward_epoch, "backward_epoch") || API_INTERN(s_grad_fn, "grad_fn")
         || API_INTERN(s_output_nr, "output_nr") || API_INTERN(s_sequence_nr, "_sequence_nr")
         || API_INTERN(s_next_functions, "next_functions") || API_INTERN(s_variable, "variable")
         || API_INTERN(s_register_hook, "register_hook") || API_INTERN(s_family, "family") || API_INTERN(s_op, "op")

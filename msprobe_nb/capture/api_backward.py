@@ -136,7 +136,7 @@ class BackwardRows:
     makes a new backward call.
     """
 
-    __slots__ = ("recorder", "graph", "paths", "open_call", "share", "call", "pending", "acc", "left")
+    __slots__ = ("recorder", "graph", "paths", "open_call", "share", "call", "pending", "acc", "left", "epoch")
 
     def __init__(self, recorder: Any, graph: CallGraph, paths: list[str], open_call: Any, share: bool):
         self.recorder = recorder
@@ -144,6 +144,7 @@ class BackwardRows:
         self.paths = paths
         self.open_call = open_call
         self.share = share  # the call keeps its input's elements (a view or copy): gradients share summaries
+        self.epoch = recorder.backward_epoch  # its hooks do nothing once the step that made them is over
         self.call = None
         self.reset()
 
@@ -162,7 +163,7 @@ class BackwardRows:
 
         def hook(grad_inputs, grad_outputs):
             rec = rows.recorder
-            if not rec.active:
+            if not rec.active or rec.backward_epoch is not rows.epoch:
                 return
             with rec.working():
                 try:

@@ -30,10 +30,10 @@ HANDLER_FIELDS = ("mode", "recorder", "lock_acquire", "lock_release", "collectiv
                   "add_rows", "io_input", "io_output", "share_summary", "mark_written", "attach_api_backward",
                   "compiler_globals")
 #: ABI of _api_backward (API_BACKWARD_ABI in _api_backward.c)
-API_BACKWARD_ABI = 1
+API_BACKWARD_ABI = 2
 #: what the C API backward's context holds, by name (GradientHooks builds it from these)
 BACKWARD_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
-                   "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function", "handles",
+                   "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function",
                    "same_elements", "max_nodes", "backward_name", "backward_names", "backward_of")
 #: ABI of _module_hooks (MODULE_HOOKS_ABI in _module_hooks.c)
 MODULE_HOOKS_ABI = 1

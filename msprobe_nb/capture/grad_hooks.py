@@ -4,7 +4,7 @@ Everything is observed through hooks that only read: node post-hooks for an API'
 :mod:`msprobe_nb.capture.api_backward`), tensor hooks for a module's backward (``register_full_backward_hook``
 would insert BackwardHook nodes, which change how gradients accumulate: seed FAQ), and post-accumulate
 hooks for parameter gradients. A step's hooks are removed at the step boundary, the parameters' when
-recording stops.
+recording stops; the API backward's node hooks are retired there instead (see :meth:`GradientHooks.remove_step`).
 """
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ class GradientHooks:
             parts = {
                 **self.recorder.c_parts(),
                 "accumulate_grad": torch._C._functions.AccumulateGrad,  # type: ignore[attr-defined]
-                "handles": self._handles,
                 "same_elements": SAME_ELEMENTS, "max_nodes": MAX_NODES, "backward_name": _backward_name,
                 "backward_names": self._backward_names, "backward_of": self.backward_of}
             self._attach = _api_backward.Attacher(c_contract.context(_api_backward, parts)).attach
@@ -83,7 +82,7 @@ class GradientHooks:
 
         rows = BackwardRows(recorder, graph, [p for p, _ in inputs or ()], open_call, (c.family, c.op) in SAME_ELEMENTS)
         for node in graph.nodes():
-            self._handles.append(node.register_hook(rows.hook_for(node)))
+            node.register_hook(rows.hook_for(node))  # retired at the step's end, not removed: remove_step
 
     def handler_attach(self) -> Any:
         """What the C handler calls for a recorded call's backward: the C API backward's ``attach`` itself where
@@ -215,6 +214,13 @@ class GradientHooks:
         self._handles.extend(handles)
 
     def remove_step(self) -> None:
+        """The step is over: its hooks go, and its API backward node hooks retire.
+
+        A node hook is not removed: it stays on its node and does nothing once the recorder's ``backward_epoch``
+        is not the one it was made in. Removing each through its handle was a Python call per hook at every
+        step's end, while the graph that holds them is almost always freed with the step; a graph kept longer
+        (``retain_graph``, a tensor held on to) runs them as no-ops, where it ran nothing before."""
+        self.recorder.backward_epoch = object()
         self.replays.clear()
         for h in self._handles:
             h.remove()

@@ -75,7 +75,7 @@ class Recorder:
     # their offsets instead of looking each up by name. Everything else lives in the instance dict.
     __slots__ = ("active", "thread", "busy", "_all_data", "build_rows", "_row_ctx", "calls", "rows", "_seen",
                  "call_index", "api_counters", "counters", "grad_counters", "module_stack", "_select_all", "construct",
-                 "_next_tensor_id", "__dict__", "__weakref__")
+                 "_next_tensor_id", "backward_epoch", "__dict__", "__weakref__")
 
     def __init__(self, cfg, rank: int = 0):
         self.cfg = cfg
@@ -83,6 +83,8 @@ class Recorder:
         self.step = 0
         self.active = False
         self.thread = 0  # the thread that started recording (threading.get_ident()): module hooks record it alone
+        # the API backward hooks of this step hold it; a new one at the step's end retires them (GradientHooks)
+        self.backward_epoch = object()
         self.busy = 0  # > 0 while the kit itself runs torch ops (statistics): the modes ignore those
         self.lock = _RecorderLock()
         self._working = _Working(self)
