@@ -36,7 +36,8 @@ enum { CONTEXT(AS_ENUM) C_SIZE };
 static const char *const CONTEXT_NAMES[] = {CONTEXT(AS_NAME)};
 #define CTX(ctx, i) PyTuple_GET_ITEM((ctx), (i))
 
-static PyObject *s_active, *s_backward_epoch, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions, *s_variable, *s_register_hook;
+static PyObject *s_active, *s_backward_epoch, *s_grad_fn, *s_output_nr, *s_sequence_nr, *s_next_functions;
+static PyObject *s_variable, *s_register_hook;
 static PyObject *s_family, *s_op, *s_counter, *s_module_path, *s_stack_id, *s_construct, *s_backward, *s_input;
 static PyObject *s_output, *s_detach, *s_clone, *s_zero_path, *s_where, *s_call;
 static PyObject *s_parent, *s_dot_forward;
@@ -757,7 +758,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_api_backward",
 PyMODINIT_FUNC PyInit__api_backward(void)
 {
     if (api_calls_init() < 0 || API_INTERN(s_parent, "parent") || API_INTERN(s_dot_forward, ".forward")
-        || API_INTERN(s_active, "active") || API_INTERN(s_backward_epoch, "backward_epoch") || API_INTERN(s_grad_fn, "grad_fn")
+        || API_INTERN(s_active, "active") || API_INTERN(s_backward_epoch, "backward_epoch")
+        || API_INTERN(s_grad_fn, "grad_fn")
         || API_INTERN(s_output_nr, "output_nr") || API_INTERN(s_sequence_nr, "_sequence_nr")
         || API_INTERN(s_next_functions, "next_functions") || API_INTERN(s_variable, "variable")
         || API_INTERN(s_register_hook, "register_hook") || API_INTERN(s_family, "family") || API_INTERN(s_op, "op")
