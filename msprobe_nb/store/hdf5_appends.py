@@ -14,6 +14,7 @@ import numpy as np
 from h5py import h5s, h5t
 
 from msprobe_nb.store.checksums import crc32
+from msprobe_nb.store.hdf5_chunk_writes import ChunkWrites
 from msprobe_nb.store.hdf5_direct_chunks import chunk_encoder
 
 
@@ -43,7 +44,7 @@ class ColumnGroup:
         tail = f.create_dataset(f"tail/{name}", shape=(2, chunk, size), dtype="uint8", chunks=(1, chunk, size),
                                 track_times=False)
         tail.attrs["columns"] = json.dumps([[p, self.record[p].str] for p in columns])
-        self.tail = DatasetWriter(tail)
+        self.tail = DatasetWriter(tail, in_place=True)
         # committed length, tail slot, and crc32 of the committed rows of that slot (their record bytes)
         self.length, self.slot, self.crc = 0, 0, 0
         # the rows of each tail slot, as records: appended in place, so a step never copies the older rows
@@ -92,13 +93,16 @@ class DatasetWriter:
     """Writes blocks into one dataset through h5py's low-level API, reusing what every write needs: the
     numpy and HDF5 types, the file dataspace (renewed when :meth:`set_extent` grows it) and a memory
     dataspace per block shape. A step writes several datasets right after the step's own work, and building
-    these objects again for each write cost more than the write itself."""
+    these objects again for each write cost more than the write itself. With ``in_place``, a block that falls in a
+    chunk already in the file is written there directly (hdf5_chunk_writes), where the dataset qualifies."""
 
-    __slots__ = ("ds", "dtype", "length", "encode", "_id", "_mtype", "_fspace", "_mspaces")
+    __slots__ = ("ds", "dtype", "length", "encode", "chunks", "_id", "_mtype", "_fspace", "_mspaces")
 
-    def __init__(self, ds: h5py.Dataset, encode: Callable[[np.ndarray], bytes] | None = None) -> None:
+    def __init__(self, ds: h5py.Dataset, encode: Callable[[np.ndarray], bytes] | None = None, *,
+                 in_place: bool = False) -> None:
         self.ds, self.dtype = ds, ds.dtype
         self.encode = encode  # whole chunks encoded here and written past HDF5's filters (hdf5_direct_chunks)
+        self.chunks = ChunkWrites.for_dataset(ds) if in_place else None
         self._id = ds.id  # the low-level dataset: h5py's property makes a Python call on every read
         self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
@@ -113,6 +117,9 @@ class DatasetWriter:
     def write_at(self, start: tuple[int, ...], block: np.ndarray) -> None:
         """``ds[start : start + block.shape] = block`` (within the extent)."""
         block = np.ascontiguousarray(block, dtype=self.dtype)
+        chunks = self.chunks
+        if chunks is not None and start[0] + block.shape[0] <= self.length and chunks.write(start, block):
+            return
         mspace = self._mspaces.get(block.shape)
         if mspace is None:
             if len(self._mspaces) > 32:
@@ -120,6 +127,8 @@ class DatasetWriter:
             mspace = self._mspaces[block.shape] = h5s.create_simple(block.shape)
         self._fspace.select_hyperslab(start, block.shape)
         self._id.write(mspace, self._fspace, block, self._mtype)
+        if chunks is not None:
+            chunks.allocated(self._id, start, block.shape)
 
     def write_chunks(self, start: int, block: np.ndarray, chunk: int) -> None:
         """``ds[start : start + len(block)] = block`` for whole chunks from a chunk boundary, each encoded by

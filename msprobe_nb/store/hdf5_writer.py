@@ -145,7 +145,7 @@ class DumpWriter:
                                            chunks=(INDEX_BLOCK, k), track_times=False)
             self._index.attrs["fields"] = json.dumps(INDEX_FIELDS)
             self._index.attrs["commit_magic"] = COMMIT_MAGIC
-            self._index_writer = DatasetWriter(self._index)
+            self._index_writer = DatasetWriter(self._index, in_place=True)
             a["attrs_crc"] = attrs_digest(f)  # last: SWMR allows no attribute changes after this flush
             f.flush()
             if swmr:
