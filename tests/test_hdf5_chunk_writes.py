@@ -132,6 +132,12 @@ def test_datasets_the_path_does_not_cover(tmp_path):
         assert ChunkWrites.for_dataset(f.create_dataset("d", (8,), "uint8", chunks=(4,))) is None
 
 
+def test_no_pwrite_no_path(tmp_path, monkeypatch):
+    monkeypatch.delattr(hdf5_chunk_writes.os, "pwrite")  # Windows
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        assert ChunkWrites.for_dataset(f.create_dataset("ok", (8,), "<i4", chunks=(4,))) is None
+
+
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))

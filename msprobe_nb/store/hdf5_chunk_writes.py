@@ -10,7 +10,8 @@ straight to the file there. The file holds the same bytes, written at the same p
 same order against the flush and the commit; a write that fails raises ``OSError`` as HDF5's would.
 
 Only datasets that qualify take this path: chunked, no filters, a little-endian numeric type, in a file
-opened with the ``sec2`` driver (the one whose handle is a file descriptor). A chunk that is not allocated yet,
+opened with the ``sec2`` driver (the one whose handle is a file descriptor), where ``os.pwrite`` exists (not on
+Windows). A chunk that is not allocated yet,
 or a block that is not one contiguous piece of one chunk, is left to ``H5Dwrite``, which allocates it.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ChunkWrites:
     @classmethod
     def for_dataset(cls, ds: h5py.Dataset) -> ChunkWrites | None:
         """The writer of ``ds``'s chunks, or None where ``ds`` does not qualify (its writes stay HDF5's)."""
-        if ds.chunks is None or ds.dtype.kind not in "iuf" or sys.byteorder != "little":
+        if not hasattr(os, "pwrite") or ds.chunks is None or ds.dtype.kind not in "iuf" or sys.byteorder != "little":
             return None
         if ds.id.get_create_plist().get_nfilters() != 0:
             return None
