@@ -506,9 +506,57 @@ static PyTypeObject GradHookType = {
     .tp_dealloc = (destructor)GradHook_dealloc,
 };
 
+/* The path leaves() gives the i-th item of a flat argument list ("0", "1", ...), made once: a new reference. */
+#define FLAT_MAX 256
+static PyObject *position(Py_ssize_t i)
+{
+    static PyObject *made[FLAT_MAX];
+    if (made[i] == NULL)
+        made[i] = PyUnicode_FromFormat("%zd", i);
+    return Py_XNewRef(made[i]);
+}
+
+/* grad_leaves for an exact list or tuple of at most FLAT_MAX items none of which is a list, tuple or dict (a
+   module's usual arguments and outputs), where leaves() gives each item as itself at its position: a new list,
+   or NULL without an exception set for any other value (leaves() walks it). */
+static PyObject *flat_grad_leaves(Hooks *h, PyObject *value)
+{
+    if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value))
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+    if (n > FLAT_MAX)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(value, i);
+        if (PyList_Check(item) || PyTuple_Check(item) || PyDict_Check(item))
+            return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < PySequence_Fast_GET_SIZE(value); i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(value, i); /* borrowed: the list may change under a getter */
+        Py_INCREF(t);
+        int keep = PyObject_IsInstance(t, CTX(h, C_TENSOR));
+        if (keep > 0)
+            keep = truth(GETSET_GET(t, requires_grad));
+        PyObject *path = keep > 0 ? position(i) : NULL;
+        PyObject *pair = path != NULL ? PyTuple_Pack(2, path, t) : NULL;
+        if (keep < 0 || (keep > 0 && (pair == NULL || PyList_Append(out, pair) < 0)))
+            Py_CLEAR(out);
+        Py_XDECREF(pair);
+        Py_XDECREF(path);
+        Py_DECREF(t);
+    }
+    if (out == NULL && !PyErr_Occurred())
+        PyErr_NoMemory();
+    return out;
+}
+
 /* [(path, t) for path, t in leaves(value) if isinstance(t, torch.Tensor) and t.requires_grad]: a new list. */
 static PyObject *grad_leaves(Hooks *h, PyObject *value)
 {
+    PyObject *flat = flat_grad_leaves(h, value);
+    if (flat != NULL || PyErr_Occurred())
+        return flat;
     PyObject *all = call1(CTX(h, C_LEAVES), value);
     if (all == NULL)
         return NULL;
