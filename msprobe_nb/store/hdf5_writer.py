@@ -500,9 +500,9 @@ class DumpWriter:
 
         The extent grows a whole chunk at a time, and a chunk is allocated by writing a row of fill zeros
         at its start (zeros are not a commit). The rows written after the flush then overwrite fill zeros in
-        place, and with no chunk cache HDF5 hands them straight to the file: once ``_append_index`` returns,
-        the commit is on disk (for other processes too) with no second flush, and a failed row write leaves
-        no metadata half-changed.
+        place, straight to the file (at the chunk's address, hdf5_chunk_writes, or through HDF5, which has no
+        chunk cache here): once ``_append_index`` returns, the commit is on disk (for other processes too) with
+        no second flush, and a failed row write leaves no metadata half-changed.
         """
         end = self._rows + n
         if end > self._index_writer.length:  # the extent: committed rows plus fill rows of the last chunk
