@@ -532,7 +532,7 @@ static PyObject *flat_grad_leaves(Hooks *h, PyObject *value)
             return NULL;
     }
     PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < PySequence_Fast_GET_SIZE(value); i++) {
+    for (Py_ssize_t i = 0; out != NULL && i < FLAT_MAX && i < PySequence_Fast_GET_SIZE(value); i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(value, i); /* borrowed: the list may change under a getter */
         Py_INCREF(t);
         int keep = PyObject_IsInstance(t, CTX(h, C_TENSOR));
