@@ -32,7 +32,7 @@ SLOT_CACHE(parent);
 SLOT_CACHE(select_all);
 SLOT_CACHE(stack_id);
 
-#define MODULE_HOOKS_ABI 1
+#define MODULE_HOOKS_ABI 2
 
 /* The context's fields, in order, written once: the enum and the CONTEXT_FIELDS tuple the module exports (the
    Python side builds it by these names, ModuleHooks._c_hooks, and checks them at import: c_contract.py). */
@@ -44,7 +44,8 @@ SLOT_CACHE(stack_id);
     X(C_PYTHON_POST, "python_post") X(C_RECORDS_MODULES, "records_modules") X(C_GRAD_ENABLED, "grad_enabled") \
     X(C_LEAVES, "leaves") X(C_TENSOR, "tensor") X(C_BACKWARD_NAMES, "backward_names") \
     X(C_BACKWARD_OF, "backward_of") X(C_GRAD_WATCH, "grad_watch") X(C_HOOK_TENSOR, "hook_tensor") \
-    X(C_PARAM_HOOKS, "param_hooks") X(C_IO_PARAMETERS_GRAD, "io_parameters_grad")
+    X(C_PARAM_HOOKS, "param_hooks") X(C_IO_PARAMETERS_GRAD, "io_parameters_grad") \
+    X(C_POSITIONS, "positions")
 #define AS_ENUM(id, name) id,
 #define AS_NAME(id, name) name,
 enum { CONTEXT(AS_ENUM) C_SIZE };
@@ -506,25 +507,16 @@ static PyTypeObject GradHookType = {
     .tp_dealloc = (destructor)GradHook_dealloc,
 };
 
-/* The path leaves() gives the i-th item of a flat argument list ("0", "1", ...), made once: a new reference. */
-#define FLAT_MAX 256
-static PyObject *position(Py_ssize_t i)
-{
-    static PyObject *made[FLAT_MAX];
-    if (made[i] == NULL)
-        made[i] = PyUnicode_FromFormat("%zd", i);
-    return Py_XNewRef(made[i]);
-}
-
-/* grad_leaves for an exact list or tuple of at most FLAT_MAX items none of which is a list, tuple or dict (a
-   module's usual arguments and outputs), where leaves() gives each item as itself at its position: a new list,
-   or NULL without an exception set for any other value (leaves() walks it). */
+/* grad_leaves for an exact list or tuple, no longer than leaves.POSITIONS, none of whose items is a list, tuple or
+   dict (a module's usual arguments and outputs), where leaves() gives each item as itself at its position: a new
+   list, or NULL without an exception set for any other value (leaves() walks it). */
 static PyObject *flat_grad_leaves(Hooks *h, PyObject *value)
 {
+    PyObject *positions = CTX(h, C_POSITIONS);
     if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value))
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
-    if (n > FLAT_MAX)
+    if (n > PyTuple_GET_SIZE(positions))
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(value, i);
@@ -532,18 +524,17 @@ static PyObject *flat_grad_leaves(Hooks *h, PyObject *value)
             return NULL;
     }
     PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < FLAT_MAX && i < PySequence_Fast_GET_SIZE(value); i++) {
+    for (Py_ssize_t i = 0; out != NULL && i < PyTuple_GET_SIZE(positions) && i < PySequence_Fast_GET_SIZE(value);
+         i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(value, i); /* borrowed: the list may change under a getter */
         Py_INCREF(t);
         int keep = PyObject_IsInstance(t, CTX(h, C_TENSOR));
         if (keep > 0)
             keep = truth(GETSET_GET(t, requires_grad));
-        PyObject *path = keep > 0 ? position(i) : NULL;
-        PyObject *pair = path != NULL ? PyTuple_Pack(2, path, t) : NULL;
+        PyObject *pair = keep > 0 ? PyTuple_Pack(2, PyTuple_GET_ITEM(positions, i), t) : NULL;
         if (keep < 0 || (keep > 0 && (pair == NULL || PyList_Append(out, pair) < 0)))
             Py_CLEAR(out);
         Py_XDECREF(pair);
-        Py_XDECREF(path);
         Py_DECREF(t);
     }
     if (out == NULL && !PyErr_Occurred())
@@ -1025,9 +1016,10 @@ static PyObject *Hooks_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (ctx == NULL)
         return NULL;
     if (!PyDict_Check(PyTuple_GET_ITEM(ctx, C_MODULE_PATHS)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_BACKWARD_NAMES))
-        || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_GRAD_WATCH)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_PARAM_HOOKS))) {
+        || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_GRAD_WATCH)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, C_PARAM_HOOKS))
+        || !PyTuple_Check(PyTuple_GET_ITEM(ctx, C_POSITIONS))) {
         PyErr_SetString(PyExc_TypeError, "Hooks: module_paths, backward_names, grad_watch and param_hooks must be "
-                                         "dicts");
+                                         "dicts, positions a tuple");
         return NULL;
     }
     Hooks *h = (Hooks *)type->tp_alloc(type, 0);

@@ -36,13 +36,13 @@ BACKWARD_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "ad
                    "call_type", "share_summary", "tensor", "accumulate_grad", "leaves", "no_torch_function",
                    "same_elements", "max_nodes", "backward_name", "backward_names", "backward_of")
 #: ABI of _module_hooks (MODULE_HOOKS_ABI in _module_hooks.c)
-MODULE_HOOKS_ABI = 1
+MODULE_HOOKS_ABI = 2
 #: what the C module hooks' context holds, by name (ModuleHooks builds it from these)
 MODULE_HOOKS_FIELDS = ("recorder", "lock_acquire", "lock_release", "note_error", "add_rows", "io_input", "io_output",
                        "io_parameters", "call_type", "no_torch_function", "graph_task_id", "walked_id", "selected",
                        "module_paths", "watch_parameters", "python_pre", "python_post", "records_modules",
                        "grad_enabled", "leaves", "tensor", "backward_names", "backward_of", "grad_watch", "hook_tensor",
-                       "param_hooks", "io_parameters_grad")
+                       "param_hooks", "io_parameters_grad", "positions")
 #: what the row builder's context holds, by name (Recorder builds it from these)
 CONTEXT_FIELDS = ("recorder", "summarizer", "summarize", "kernel", "dtype_codes", "dtype_code", "device_code",
                   "describe", "row_of", "nan", "device_cpu", "tensor_types", "tensor", "float32", "strided", "leaves",

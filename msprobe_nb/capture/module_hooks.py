@@ -17,6 +17,7 @@ from torch.nn.modules import module as _module
 
 from msprobe_nb.capture import c_contract
 from msprobe_nb.capture.compiled import CompileWatch, compiled_name, is_compiled, uncompiled
+from msprobe_nb.capture.leaves import POSITIONS
 from msprobe_nb.capture.recorder import Call, Recorder
 
 _is_compiling = torch.compiler.is_compiling
@@ -66,7 +67,7 @@ class ModuleHooks:
                  "records_modules": rec.cfg.level in ("L0", "mix"), "grad_enabled": torch.is_grad_enabled,
                  "backward_names": grads._backward_names, "backward_of": grads.backward_of,
                  "grad_watch": grads._grad_watch, "hook_tensor": grads._hook_tensor, "param_hooks": grads._param_hooks,
-                 "io_parameters_grad": rec._ios.codes["parameters_grad"]}
+                 "io_parameters_grad": rec._ios.codes["parameters_grad"], "positions": POSITIONS}
         return _module_hooks.Hooks(c_contract.context(_module_hooks, parts))
 
     # forward pre-hook: inputs before the module runs (in-place modules change them)
