@@ -11,8 +11,8 @@ same order against the flush and the commit; a write that fails raises ``OSError
 
 Only datasets that qualify take this path: chunked, no filters, a little-endian numeric type, in a file
 opened with the ``sec2`` driver (the one whose handle is a file descriptor), where ``os.pwrite`` exists (not on
-Windows). A chunk that is not allocated yet,
-or a block that is not one contiguous piece of one chunk, is left to ``H5Dwrite``, which allocates it.
+Windows). A chunk that is not allocated yet, or a block that is not one contiguous piece of one chunk, is left
+to ``H5Dwrite``, which allocates it.
 """
 from __future__ import annotations
 
