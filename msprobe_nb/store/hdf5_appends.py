@@ -94,15 +94,18 @@ class DatasetWriter:
     numpy and HDF5 types, the file dataspace (renewed when :meth:`set_extent` grows it) and a memory
     dataspace per block shape. A step writes several datasets right after the step's own work, and building
     these objects again for each write cost more than the write itself. With ``in_place``, a block that falls in a
-    chunk already in the file is written there directly (hdf5_chunk_writes), where the dataset qualifies."""
+    chunk already in the file is written there directly (hdf5_chunk_writes), where the dataset qualifies.
+    ``hdf5_calls`` counts the calls into HDF5 that may change the file's metadata (extents, chunk allocations, its
+    chunk index): a write in place changes none, so a step whose count did not move needs no flush."""
 
-    __slots__ = ("ds", "dtype", "length", "encode", "chunks", "_id", "_mtype", "_fspace", "_mspaces")
+    __slots__ = ("ds", "dtype", "length", "encode", "chunks", "hdf5_calls", "_id", "_mtype", "_fspace", "_mspaces")
 
     def __init__(self, ds: h5py.Dataset, encode: Callable[[np.ndarray], bytes] | None = None, *,
                  in_place: bool = False) -> None:
         self.ds, self.dtype = ds, ds.dtype
         self.encode = encode  # whole chunks encoded here and written past HDF5's filters (hdf5_direct_chunks)
         self.chunks = ChunkWrites.for_dataset(ds) if in_place else None
+        self.hdf5_calls = 0
         self._id = ds.id  # the low-level dataset: h5py's property makes a Python call on every read
         self.length = ds.shape[0]  # the extent of the first dimension (it changes through set_extent only)
         self._mtype = h5t.py_create(self.dtype)
@@ -110,6 +113,7 @@ class DatasetWriter:
         self._mspaces: dict[tuple, Any] = {}
 
     def set_extent(self, shape: tuple[int, ...]) -> None:
+        self.hdf5_calls += 1  # counted before the call: a call that raised may have changed something too
         self._id.set_extent(shape)
         self._fspace = self._id.get_space()
         self.length = shape[0]
@@ -126,6 +130,7 @@ class DatasetWriter:
                 self._mspaces.clear()
             mspace = self._mspaces[block.shape] = h5s.create_simple(block.shape)
         self._fspace.select_hyperslab(start, block.shape)
+        self.hdf5_calls += 1
         self._id.write(mspace, self._fspace, block, self._mtype)
         if chunks is not None:
             chunks.allocated(self._id, start, block.shape)
@@ -136,6 +141,7 @@ class DatasetWriter:
         encode = self.encode
         assert encode is not None, "write_chunks() needs an encoder"
         block = np.ascontiguousarray(block, dtype=self.dtype)
+        self.hdf5_calls += 1
         for i in range(0, len(block), chunk):
             self._id.write_direct_chunk((start + i,), encode(block[i:i + chunk]), 0)
 

@@ -156,6 +156,12 @@ class DumpWriter:
             tmp.unlink(missing_ok=True)
             raise
         self._file = f
+        # The flush at a step's end is HDF5's only where something since the last one called HDF5 to change the file:
+        # the count of such calls of every dataset writer at that flush, and whether the tensor buffers (written
+        # through h5py) were written since.
+        self._writers = [*(w for g in self._groups.values() for w in (*g.main.values(), g.tail)), self._index_writer]
+        self._flushed_calls = 0
+        self._unflushed = False
         # Interning state. Ids below the committed counts are on disk; the rest are pending.
         self._strings: dict[str, int] = {"": 0}
         self._new_strings: list[str] = [""]
@@ -471,6 +477,7 @@ class DumpWriter:
                 chunk = TENSOR_CHUNK_BYTES // w
                 ends[w] = -(-pos // chunk) * chunk
                 ds = self._buffers[w]
+                self._unflushed = True  # before the writes: one that raised may have changed the file as well
                 if ends[w] > ds.id.shape[0]:  # only grows: a failed step may have grown it already
                     ds.id.set_extent((ends[w],))
                 write_packed(ds, start, [d for _, d, _, _ in parts], chunk)
@@ -481,7 +488,7 @@ class DumpWriter:
         # The index rows this step writes (its commit, marks of steps dropped before it) land in chunks that
         # exist before the flush, so writing them changes no metadata: the commit row is one in-place write.
         self._reserve_index(len(self._pending_drops) + 1)
-        f.flush()
+        self._flush()
         self._write_drops()  # steps dropped before this one, with the lengths they left (the committed ones)
         # Commit: one index row naming every table's extent; a reader ignores anything beyond it.
         row = commit_row(step, [staged.get(name) or grp.state() for name, grp in g.items()], ends, flags)
@@ -494,6 +501,19 @@ class DumpWriter:
                     g[name].commit(state)
                 self._buffer_ends = ends
                 self._stack_ids.update(sid for sid, _ in p["stacks"])
+
+    def _flush(self) -> None:
+        """HDF5's flush, where anything since the last one called HDF5 to change the file (an extent, a chunk
+        allocated or written through HDF5, the tensor buffers).
+
+        A step that fills no chunk writes its tails and its commit row in place (hdf5_chunk_writes): HDF5 holds
+        nothing to write then, and its flush would still visit every open dataset to find that out. A flush
+        that raised is tried again at the next step, since the counts only move on once it returned."""
+        assert self._file is not None, "the writer is open"
+        calls = sum(w.hdf5_calls for w in self._writers)
+        if calls != self._flushed_calls or self._unflushed:
+            self._file.flush()
+            self._flushed_calls, self._unflushed = calls, False
 
     def _reserve_index(self, n: int) -> None:
         """Make sure the next ``n`` rows of ``/index/steps`` lie in allocated chunks (before the flush).
@@ -537,7 +557,7 @@ class DumpWriter:
             return
         with suppress(OSError, RuntimeError, ValueError):
             self._reserve_index(len(self._pending_drops))
-            self._file.flush()
+            self._flush()
             self._write_drops()
 
     def _write_drops(self) -> None:
