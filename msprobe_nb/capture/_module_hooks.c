@@ -739,8 +739,11 @@ static int param_rows(ParamHook *ph, PyObject *grad)
     c = new_call(CTX(h, C_CALL_TYPE), argv, 9);
     if (c == NULL)
         goto done;
-    PyObject *sargv[] = {name, s_module, ph->cls};
-    int dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
+    int dump = truth(SLOT_GET(rec, select_all)); /* no scope or list filter: Recorder.selected is True */
+    if (dump == 0) {
+        PyObject *sargv[] = {name, s_module, ph->cls};
+        dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
+    }
     if (dump < 0 || SLOT_SET(c, dump, dump ? Py_True : Py_False) < 0)
         goto done;
     if (dump) {
