@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from datetime import datetime, timezone
 from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,9 @@ class DumpWriteError(OSError):
     def __init__(self, code: int | None, message: str, step: int, path: str) -> None:
         super().__init__(code, message)
         self.step, self.path = step, path
+
+
+_HDF5_CALLS = attrgetter("hdf5_calls")
 
 
 class DumpWriter:
@@ -510,7 +514,7 @@ class DumpWriter:
         nothing to write then, and its flush would still visit every open dataset to find that out. A flush
         that raised is tried again at the next step, since the counts only move on once it returned."""
         assert self._file is not None, "the writer is open"
-        calls = sum(w.hdf5_calls for w in self._writers)
+        calls = sum(map(_HDF5_CALLS, self._writers))
         if calls != self._flushed_calls or self._unflushed:
             self._file.flush()
             self._flushed_calls, self._unflushed = calls, False
