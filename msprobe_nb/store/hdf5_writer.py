@@ -160,9 +160,9 @@ class DumpWriter:
             tmp.unlink(missing_ok=True)
             raise
         self._file = f
-        # The flush at a step's end is HDF5's only where something since the last one called HDF5 to change the file:
-        # the count of such calls of every dataset writer at that flush, and whether the tensor buffers (written
-        # through h5py) were written since.
+        # HDF5's flush at a step's end is made only where something called HDF5 to change the file since the last
+        # one (_flush): the dataset writers' count of such calls at that flush, and whether the tensor buffers
+        # (written through h5py) were written since.
         self._writers = [*(w for g in self._groups.values() for w in (*g.main.values(), g.tail)), self._index_writer]
         self._flushed_calls = 0
         self._unflushed = False
