@@ -164,6 +164,17 @@ static PyObject *current_parent(PyObject *stack)
     return SLOT_GET(PyTuple_GET_ITEM(top, 1), call);
 }
 
+/* Recorder.selected(name, "Module", cls), without asking it where no scope or list filter is set
+   (Recorder._select_all: every call is selected then): 1, 0, or -1 with an exception. */
+static int selected(Hooks *h, PyObject *rec, PyObject *name, PyObject *cls)
+{
+    int all = truth(SLOT_GET(rec, select_all));
+    if (all != 0)
+        return all;
+    PyObject *argv[] = {name, s_module, cls};
+    return truth(PyObject_Vectorcall(CTX(h, C_SELECTED), argv, 3, NULL));
+}
+
 /* Recorder.open_module(module, path, frame): the module call's Call (a new reference), its counter counted, and
    when it dumps, its stack, index and construct entry. */
 static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObject *frame, PyObject *stack)
@@ -206,13 +217,8 @@ static PyObject *open_module(Hooks *h, PyObject *module, PyObject *path, PyObjec
     if (c == NULL)
         goto fail;
     int dump = PyObject_IsTrue(CTX(h, C_RECORDS_MODULES));
-    if (dump > 0) {
-        dump = truth(SLOT_GET(rec, select_all));
-        if (dump == 0) {
-            PyObject *sargv[] = {name, s_module, cls};
-            dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
-        }
-    }
+    if (dump > 0)
+        dump = selected(h, rec, name, cls);
     if (dump < 0 || SLOT_SET(c, dump, dump ? Py_True : Py_False) < 0)
         goto fail;
     if (dump) {
@@ -739,11 +745,7 @@ static int param_rows(ParamHook *ph, PyObject *grad)
     c = new_call(CTX(h, C_CALL_TYPE), argv, 9);
     if (c == NULL)
         goto done;
-    int dump = truth(SLOT_GET(rec, select_all)); /* no scope or list filter: Recorder.selected is True */
-    if (dump == 0) {
-        PyObject *sargv[] = {name, s_module, ph->cls};
-        dump = truth(PyObject_Vectorcall(CTX(h, C_SELECTED), sargv, 3, NULL));
-    }
+    int dump = selected(h, rec, name, ph->cls);
     if (dump < 0 || SLOT_SET(c, dump, dump ? Py_True : Py_False) < 0)
         goto done;
     if (dump) {
