@@ -437,8 +437,8 @@ class DumpWriter:
         return {"n": n, "cols": cols, "stacks": new_stacks, "construct": (con_call, con_parent), "tensors": tens}
 
     def _write(self, step: int, p: dict[str, Any], flags: int = 0) -> None:
-        f, g = self._file, self._groups
-        assert f is not None, "append() checks that the writer is open"
+        g = self._groups
+        assert self._file is not None, "append() checks that the writer is open"
         staged = {"calls": g["calls"].stage({f"calls/{c}": a for c, a in p["cols"].items()})}
         if self._new_strings:
             enc = [s.encode("utf-8", "surrogatepass") for s in self._new_strings]
