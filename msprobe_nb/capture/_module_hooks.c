@@ -543,9 +543,7 @@ static PyObject *flat_grad_leaves(Hooks *h, PyObject *value)
         Py_XDECREF(pair);
         Py_DECREF(t);
     }
-    if (out == NULL && !PyErr_Occurred())
-        PyErr_NoMemory();
-    return out;
+    return out; /* NULL only with the exception that cleared it set */
 }
 
 /* [(path, t) for path, t in leaves(value) if isinstance(t, torch.Tensor) and t.requires_grad]: a new list. */
